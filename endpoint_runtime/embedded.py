@@ -1,0 +1,110 @@
+"""Where the PostgreSQL server comes from, and the embedded one when none is given.
+
+Order: an explicit DSN (setting), ``ENDPOINT_RUNTIME_DSN``, libpq ``PG*`` variables, else an
+embedded PostgreSQL (the ``pgserver`` wheel) in ``ENDPOINT_RUNTIME_DATA_DIR`` (default
+``.endpoint_runtime/pgdata`` under the current directory). The embedded server keeps running
+after the process ends so the next run reuses it; ``endpoint-runtime db stop`` stops it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import structlog
+
+from endpoint_runtime.errors import DatabaseUnavailableError
+
+log = structlog.get_logger(__name__)
+
+LIBPQ_VARIABLES = ("PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSERVICE")
+EMBEDDED_MAX_CONNECTIONS = 400
+
+_PASSWORD_IN_KEYWORDS = re.compile(r"(password\s*=\s*)(\S+)", re.IGNORECASE)
+
+
+def redact_dsn(dsn: str) -> str:
+    """The DSN with any password replaced by ``***`` (URL or keyword form)."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        if parts.password is not None:
+            user = parts.username or ""
+            host = parts.hostname or ""
+            port = f":{parts.port}" if parts.port else ""
+            netloc = f"{user}:***@{host}{port}"
+            parts = parts._replace(netloc=netloc)
+        query = _PASSWORD_IN_KEYWORDS.sub(r"\1***", parts.query.replace("&", " ")).replace(
+            " ", "&"
+        )
+        return urlunsplit(parts._replace(query=query))
+    return _PASSWORD_IN_KEYWORDS.sub(r"\1***", dsn)
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("ENDPOINT_RUNTIME_DATA_DIR", ".endpoint_runtime")).resolve()
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """The DSN to connect with: the argument, the environment, or an embedded server.
+
+    Returns ``""`` when libpq ``PG*`` variables are to be used (asyncpg reads them itself).
+    """
+    if dsn:
+        return dsn
+    from_env = os.environ.get("ENDPOINT_RUNTIME_DSN")
+    if from_env:
+        return from_env
+    if any(os.environ.get(name) for name in LIBPQ_VARIABLES):
+        return ""
+    return start_embedded()
+
+
+def start_embedded(directory: Path | None = None) -> str:
+    """Start (or reuse) the embedded PostgreSQL and return its DSN (a Unix socket)."""
+    import pgserver  # imported late: only needed when no server is given
+
+    pgdata = (directory or data_dir()) / "pgdata"
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        server = pgserver.get_server(pgdata, cleanup_mode=None)
+        _ensure_capacity(server, pgdata)
+    except Exception as exc:
+        raise DatabaseUnavailableError(
+            f"could not start the embedded PostgreSQL in {pgdata}: {exc}; "
+            "set ENDPOINT_RUNTIME_DSN to use a server of your own"
+        ) from exc
+    uri: str = server.get_uri()
+    log.info("embedded_postgres", data_dir=str(pgdata), dsn=redact_dsn(uri))
+    return uri
+
+
+def stop_embedded(directory: Path | None = None) -> bool:
+    """Stop the embedded server if it runs; returns whether one was running."""
+    from pgserver import _commands
+
+    pgdata = (directory or data_dir()) / "pgdata"
+    if not (pgdata / "postmaster.pid").exists():
+        return False
+    user = "pgserver" if os.geteuid() == 0 else None
+    _commands.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=pgdata, user=user)
+    return True
+
+
+def _ensure_capacity(server: object, pgdata: Path) -> None:
+    """Raise max_connections once: Ray receivers each hold a pool of their own."""
+    psql = server.psql  # type: ignore[attr-defined]
+    output: str = psql("SHOW max_connections;")
+    numbers = [int(token) for token in output.split() if token.isdigit()]
+    if numbers and numbers[0] >= EMBEDDED_MAX_CONNECTIONS:
+        return
+    psql(f"ALTER SYSTEM SET max_connections = {EMBEDDED_MAX_CONNECTIONS};")
+    from pgserver import _commands
+
+    user = "pgserver" if os.geteuid() == 0 else None
+    try:
+        _commands.pg_ctl(["-w", "restart", "-m", "fast"], pgdata=pgdata, user=user)
+    except subprocess.CalledProcessError as exc:
+        raise DatabaseUnavailableError(f"restart of embedded PostgreSQL failed: {exc}") from exc

@@ -1,0 +1,69 @@
+"""Exceptions raised by endpoint_runtime.
+
+Every exception the runtime raises on purpose derives from :class:`EndpointRuntimeError`::
+
+    EndpointRuntimeError
+    ├── ConfigurationError (also ValueError)      bad settings, bad registration
+    │   └── InvalidQueueNameError                 a queue name that cannot be a table name
+    ├── DatabaseUnavailableError                  no PostgreSQL could be reached or started
+    ├── QueueNotFoundError                        send to, or peek at, a queue that does not exist
+    ├── MessageError
+    │   ├── UnknownMessageTypeError               no registered type for the enclosed type name
+    │   └── MessageDecodeError                    body that does not decode; keeps raw bytes
+    └── PoisonMessageError                        headers that do not parse; keeps the raw row
+
+Configuration errors also subclass ``ValueError`` so that code validating input in the
+usual Python way catches them.
+"""
+
+from __future__ import annotations
+
+
+class EndpointRuntimeError(Exception):
+    """Root of every exception raised by endpoint_runtime on purpose."""
+
+
+class ConfigurationError(EndpointRuntimeError, ValueError):
+    """A setting, a handler registration or an argument is invalid."""
+
+
+class InvalidQueueNameError(ConfigurationError):
+    """A queue name is empty, too long for its table suffixes, or otherwise unusable."""
+
+
+class DatabaseUnavailableError(EndpointRuntimeError):
+    """No PostgreSQL server could be reached or started."""
+
+
+class QueueNotFoundError(EndpointRuntimeError):
+    """The queue table does not exist."""
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(f"queue {queue} does not exist (create it first)")
+        self.queue = queue
+
+
+class MessageError(EndpointRuntimeError):
+    """A message cannot be turned into a typed object."""
+
+
+class UnknownMessageTypeError(MessageError):
+    """The enclosed message type names no registered msgspec Struct."""
+
+    def __init__(self, type_names: str) -> None:
+        super().__init__(f"no message type registered for {type_names!r}")
+        self.type_names = type_names
+
+
+class MessageDecodeError(MessageError):
+    """The body does not decode into the message type; the raw bytes are kept."""
+
+    def __init__(self, type_name: str, body: bytes, cause: Exception) -> None:
+        super().__init__(f"body of {type_name} does not decode: {cause}")
+        self.type_name = type_name
+        self.body = body
+        self.__cause__ = cause
+
+
+class PoisonMessageError(EndpointRuntimeError):
+    """Headers of a queue row do not parse ("probable message metadata corruption")."""

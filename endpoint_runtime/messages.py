@@ -1,0 +1,132 @@
+"""Envelope of a message: header names, ids, timestamps, and the rows the transport moves.
+
+Header names and the timestamp wire format are those of NServiceBus, so that a row written by
+NServiceBus's PostgreSQL transport can be received here and the other way round.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from datetime import UTC, datetime
+
+import msgspec
+
+from endpoint_runtime.errors import PoisonMessageError
+
+
+class Headers:
+    """Standard header names (NServiceBus wire names)."""
+
+    MESSAGE_ID = "NServiceBus.MessageId"
+    CORRELATION_ID = "NServiceBus.CorrelationId"
+    CONVERSATION_ID = "NServiceBus.ConversationId"
+    RELATED_TO = "NServiceBus.RelatedTo"
+    ENCLOSED_MESSAGE_TYPES = "NServiceBus.EnclosedMessageTypes"
+    CONTENT_TYPE = "NServiceBus.ContentType"
+    MESSAGE_INTENT = "NServiceBus.MessageIntent"
+    REPLY_TO_ADDRESS = "NServiceBus.ReplyToAddress"
+    TIME_SENT = "NServiceBus.TimeSent"
+    DELIVER_AT = "NServiceBus.DeliverAt"
+    TIME_TO_BE_RECEIVED = "NServiceBus.TimeToBeReceived"
+    ORIGINATING_ENDPOINT = "NServiceBus.OriginatingEndpoint"
+    ORIGINATING_MACHINE = "NServiceBus.OriginatingMachine"
+    VERSION = "NServiceBus.Version"
+    PROCESSING_STARTED = "NServiceBus.ProcessingStarted"
+    PROCESSING_ENDED = "NServiceBus.ProcessingEnded"
+    PROCESSING_ENDPOINT = "NServiceBus.ProcessingEndpoint"
+    PROCESSING_MACHINE = "NServiceBus.ProcessingMachine"
+    TRACEPARENT = "traceparent"
+
+
+class MessageIntent(str, enum.Enum):
+    """Why a message was sent (header ``NServiceBus.MessageIntent``)."""
+
+    SEND = "Send"
+    PUBLISH = "Publish"
+    REPLY = "Reply"
+
+
+JSON_CONTENT_TYPE = "application/json"
+
+_WIRE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S:%f"
+
+
+def to_wire_time(moment: datetime) -> str:
+    """Format a moment as NServiceBus does: ``yyyy-MM-dd HH:mm:ss:ffffff Z`` in UTC."""
+    if moment.tzinfo is None:
+        raise ValueError("wire timestamps need an aware datetime")
+    return moment.astimezone(UTC).strftime(_WIRE_TIME_FORMAT) + " Z"
+
+
+def from_wire_time(text: str) -> datetime:
+    """Parse a wire timestamp written by :func:`to_wire_time` (or by NServiceBus)."""
+    stamp = text.strip()
+    if stamp.endswith("Z"):
+        stamp = stamp[:-1].rstrip()
+    return datetime.strptime(stamp, _WIRE_TIME_FORMAT).replace(tzinfo=UTC)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_message_id() -> str:
+    """A new message id: a random UUID in its canonical text form."""
+    return str(uuid.uuid4())
+
+
+class OutgoingMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message ready for the wire: what one INSERT into a queue table carries.
+
+    ``time_to_be_received`` in seconds sets the row's ``expires`` column; ``None`` never expires.
+    """
+
+    message_id: str
+    headers: dict[str, str]
+    body: bytes
+    time_to_be_received: float | None = None
+
+
+class TransportMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A message taken off a queue table, headers parsed, body still raw."""
+
+    native_id: uuid.UUID
+    seq: int
+    headers: dict[str, str]
+    raw_headers: str
+    body: bytes
+    expires: datetime | None = None
+
+    @property
+    def message_id(self) -> str:
+        """The logical id (header), falling back to the row id for foreign senders."""
+        return self.headers.get(Headers.MESSAGE_ID) or str(self.native_id)
+
+
+class PoisonMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A row whose headers do not parse: kept raw, never handed to a handler."""
+
+    native_id: uuid.UUID
+    seq: int
+    raw_headers: str
+    body: bytes
+    expires: datetime | None
+    reason: str
+
+
+_headers_decoder = msgspec.json.Decoder(dict[str, str])
+_headers_encoder = msgspec.json.Encoder()
+
+
+def encode_headers(headers: dict[str, str]) -> str:
+    return _headers_encoder.encode(headers).decode()
+
+
+def decode_headers(raw: str) -> dict[str, str]:
+    """Parse the headers column; raises :class:`PoisonMessageError` when it is not a JSON
+    object of strings (NServiceBus: "probable message metadata corruption")."""
+    try:
+        return _headers_decoder.decode(raw)
+    except (msgspec.DecodeError, UnicodeEncodeError) as exc:
+        raise PoisonMessageError(f"probable message metadata corruption: {exc}") from exc

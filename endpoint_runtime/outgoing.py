@@ -1,0 +1,84 @@
+"""Turning a typed message into an outgoing message with the standard headers."""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Mapping
+from datetime import timedelta
+
+import msgspec
+
+from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.messages import (
+    JSON_CONTENT_TYPE,
+    Headers,
+    MessageIntent,
+    OutgoingMessage,
+    new_message_id,
+    to_wire_time,
+    utc_now,
+)
+from endpoint_runtime.serialization import encode_body, message_type_name
+
+MACHINE = platform.node()
+
+
+def create_outgoing(
+    message: msgspec.Struct,
+    *,
+    intent: MessageIntent = MessageIntent.SEND,
+    originating_endpoint: str | None = None,
+    reply_to: str | None = None,
+    conversation_id: str | None = None,
+    correlation_id: str | None = None,
+    message_id: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    time_to_be_received: timedelta | None = None,
+) -> OutgoingMessage:
+    """Serialize ``message`` and set the standard headers of a send, publish or reply.
+
+    Example::
+
+        outgoing = create_outgoing(PlaceOrder(order_id="1"), originating_endpoint="web")
+    """
+    if not isinstance(message, msgspec.Struct):
+        raise ConfigurationError(f"messages are msgspec.Struct instances, not {type(message)!r}")
+    if time_to_be_received is not None and time_to_be_received <= timedelta(0):
+        raise ConfigurationError("time_to_be_received must be positive")
+    message_id = message_id or new_message_id()
+    standard = {
+        Headers.MESSAGE_ID: message_id,
+        Headers.CONTENT_TYPE: JSON_CONTENT_TYPE,
+        Headers.ENCLOSED_MESSAGE_TYPES: message_type_name(type(message)),
+        Headers.TIME_SENT: to_wire_time(utc_now()),
+        Headers.CONVERSATION_ID: conversation_id or message_id,
+        Headers.CORRELATION_ID: correlation_id or message_id,
+        Headers.MESSAGE_INTENT: intent.value,
+        Headers.ORIGINATING_MACHINE: MACHINE,
+    }
+    if originating_endpoint:
+        standard[Headers.ORIGINATING_ENDPOINT] = originating_endpoint
+    if reply_to:
+        standard[Headers.REPLY_TO_ADDRESS] = reply_to
+    ttbr = None
+    if time_to_be_received is not None:
+        ttbr = time_to_be_received.total_seconds()
+        standard[Headers.TIME_TO_BE_RECEIVED] = _timespan(time_to_be_received)
+    if headers:
+        standard.update(headers)
+    return OutgoingMessage(
+        message_id=message_id,
+        headers=standard,
+        body=encode_body(message),
+        time_to_be_received=ttbr,
+    )
+
+
+def _timespan(delta: timedelta) -> str:
+    """A .NET TimeSpan string (``d.hh:mm:ss.fffffff``), as NServiceBus writes TTBR."""
+    total = delta.total_seconds()
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    text = f"{int(hours):02d}:{int(minutes):02d}:{seconds:010.7f}"
+    return f"{int(days)}.{text}" if days else text

@@ -1,0 +1,121 @@
+"""Queue administration: create, drop, list with depth, purge.
+
+Creation is idempotent and safe when several processes create the same queue at once: the DDL
+runs under a transaction-level advisory lock, and the duplicate-object errors that concurrent
+``CREATE ... IF NOT EXISTS`` can still raise (42P07, 42710, 42P06, 23505) are treated as
+"someone else made it".
+"""
+
+from __future__ import annotations
+
+import asyncpg
+import msgspec
+import structlog
+
+from endpoint_runtime.errors import QueueNotFoundError
+from endpoint_runtime.transport import statements
+from endpoint_runtime.transport.addresses import QueueAddress
+
+log = structlog.get_logger(__name__)
+
+# One key for all DDL of this runtime: creation is rare, and one lock also covers the shared
+# notify function that every queue's trigger calls.
+_DDL_LOCK_KEY = 0x656E6470_6F696E74  # "endpoint"
+_DUPLICATE_OBJECT_ERRORS = (
+    asyncpg.DuplicateTableError,  # 42P07
+    asyncpg.DuplicateObjectError,  # 42710
+    asyncpg.DuplicateSchemaError,  # 42P06
+    asyncpg.UniqueViolationError,  # 23505 (pg_type / pg_namespace races)
+)
+_CREATE_ATTEMPTS = 5
+
+
+class QueueInfo(msgspec.Struct, frozen=True):
+    """A queue table and the number of rows in it."""
+
+    address: QueueAddress
+    depth: int
+
+
+async def create_queue(
+    connection: asyncpg.Connection,
+    address: QueueAddress,
+    *,
+    body_string_column: bool = False,
+    notify_on_send: bool = True,
+) -> None:
+    """Create the queue table (and its indexes and notify trigger) if it does not exist."""
+    sql = statements.for_queue(address)
+    steps = [sql["create_schema"], sql["create_queue"], sql["create_seq_index"],
+             sql["create_expires_index"]]
+    if body_string_column:
+        steps.append(sql["add_body_string"])
+    if notify_on_send:
+        steps += [sql["create_notify_function"], sql["create_notify_trigger"]]
+    else:
+        steps.append(sql["drop_notify_trigger"])
+    for attempt in range(1, _CREATE_ATTEMPTS + 1):
+        try:
+            async with connection.transaction():
+                await connection.execute("SELECT pg_advisory_xact_lock($1)", _DDL_LOCK_KEY)
+                for step in steps:
+                    await connection.execute(step)
+            return
+        except _DUPLICATE_OBJECT_ERRORS as exc:
+            # Another process won a race the advisory lock cannot cover (e.g. a creator that
+            # does not take it, such as NServiceBus itself); the next attempt finds its work.
+            log.debug("create_queue_race", queue=str(address), attempt=attempt, error=str(exc))
+    raise RuntimeError(f"could not create queue {address} after {_CREATE_ATTEMPTS} attempts")
+
+
+async def drop_queue(connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress) -> None:
+    await connection.execute(statements.for_queue(address)["drop_queue"])
+
+
+async def queue_exists(connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress) -> bool:
+    exists: bool = await connection.fetchval(statements.shared("table_exists"), address.qualified)
+    return exists
+
+
+async def depth(connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress) -> int:
+    """Exact number of rows (locked ones included)."""
+    try:
+        count: int = await connection.fetchval(statements.for_queue(address)["count"])
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc
+    return count
+
+
+async def list_queues(
+    connection: asyncpg.Connection | asyncpg.Pool, schema: str | None = None
+) -> list[QueueInfo]:
+    """Every table shaped like a queue (in ``schema``, or in all schemas), with its depth."""
+    rows = await connection.fetch(statements.shared("list_queues"), schema)
+    found = []
+    for row in rows:
+        address = QueueAddress(row["name"], row["schema"])
+        found.append(QueueInfo(address, await depth(connection, address)))
+    return found
+
+
+async def purge_expired(
+    connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress, batch_size: int = 10_000
+) -> int:
+    """Delete expired rows in batches (each its own statement); returns how many went."""
+    statement = statements.for_queue(address)["purge_expired"]
+    total = 0
+    while True:
+        status: str = await connection.execute(statement, batch_size)
+        deleted = int(status.rsplit(" ", 1)[-1])
+        total += deleted
+        if deleted < batch_size:
+            return total
+
+
+async def purge(connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress) -> int:
+    """Delete every row; returns how many went."""
+    try:
+        status: str = await connection.execute(statements.for_queue(address)["purge_all"])
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc
+    return int(status.rsplit(" ", 1)[-1])

@@ -1,0 +1,58 @@
+"""Send: one INSERT per message, or one round trip for many."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+import asyncpg
+
+from endpoint_runtime.errors import QueueNotFoundError
+from endpoint_runtime.messages import OutgoingMessage, encode_headers
+from endpoint_runtime.transport import statements
+from endpoint_runtime.transport.addresses import QueueAddress
+
+Executor = asyncpg.Connection | asyncpg.Pool
+
+
+def _native_id(message: OutgoingMessage) -> uuid.UUID:
+    try:
+        return uuid.UUID(message.message_id)
+    except ValueError:
+        # Foreign or user-chosen message ids need not be UUIDs; the row id must be one.
+        return uuid.uuid4()
+
+
+async def send(executor: Executor, address: QueueAddress, message: OutgoingMessage) -> None:
+    """Insert one message into a queue table (in the executor's transaction, if any)."""
+    try:
+        await executor.execute(
+            statements.for_queue(address)["send"],
+            _native_id(message),
+            message.time_to_be_received,
+            encode_headers(message.headers),
+            message.body,
+        )
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc
+
+
+async def send_many(
+    executor: Executor, address: QueueAddress, messages: Sequence[OutgoingMessage]
+) -> None:
+    """Insert messages into one queue in a single round trip, keeping their order."""
+    if not messages:
+        return
+    if len(messages) == 1:
+        await send(executor, address, messages[0])
+        return
+    try:
+        await executor.execute(
+            statements.for_queue(address)["send_many"],
+            [_native_id(m) for m in messages],
+            [m.time_to_be_received for m in messages],
+            [encode_headers(m.headers) for m in messages],
+            [m.body for m in messages],
+        )
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc

@@ -1,0 +1,32 @@
+"""SQL statements of one queue, rendered once per address with quoted identifiers."""
+
+from __future__ import annotations
+
+import functools
+
+from endpoint_runtime.transport import sql
+from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+
+
+def _quote_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+@functools.lru_cache(maxsize=4096)
+def for_queue(address: QueueAddress) -> dict[str, str]:
+    """Every statement of ``queue.sql`` with this queue's names filled in."""
+    names = {
+        "queue": address.qualified,
+        "schema": quote_identifier(address.schema),
+        "pkey": quote_identifier(address.derived_name("_pkey")),
+        "seq_idx": quote_identifier(address.derived_name("_seq_idx")),
+        "expires_idx": quote_identifier(address.derived_name("_expires_idx")),
+        "notify": quote_identifier(address.derived_name("_notify")),
+        "channel": _quote_literal(address.notify_channel),
+    }
+    return {name: text.format(**names) for name, text in sql.load("queue.sql").items()}
+
+
+def shared(name: str) -> str:
+    """A statement that names no queue (e.g. ``list_queues``)."""
+    return sql.load("queue.sql")[name]
