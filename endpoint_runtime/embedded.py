@@ -108,3 +108,14 @@ def _ensure_capacity(server: object, pgdata: Path) -> None:
         _commands.pg_ctl(["-w", "restart", "-m", "fast"], pgdata=pgdata, user=user)
     except subprocess.CalledProcessError as exc:
         raise DatabaseUnavailableError(f"restart of embedded PostgreSQL failed: {exc}") from exc
+
+
+def with_database(dsn: str, database: str) -> str:
+    """The same server, another database (URL, keyword or empty libpq-environment DSN)."""
+    if not dsn:
+        return f"postgresql:///{database}"
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        return urlunsplit(parts._replace(path="/" + database))
+    kept = re.sub(r"\bdbname\s*=\s*\S+", "", dsn).strip()
+    return f"{kept} dbname={database}"

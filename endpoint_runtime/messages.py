@@ -39,7 +39,7 @@ class Headers:
     TRACEPARENT = "traceparent"
 
 
-class MessageIntent(str, enum.Enum):
+class MessageIntent(enum.StrEnum):
     """Why a message was sent (header ``NServiceBus.MessageIntent``)."""
 
     SEND = "Send"

@@ -72,7 +72,9 @@ async def drop_queue(connection: asyncpg.Connection | asyncpg.Pool, address: Que
     await connection.execute(statements.for_queue(address)["drop_queue"])
 
 
-async def queue_exists(connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress) -> bool:
+async def queue_exists(
+    connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress
+) -> bool:
     exists: bool = await connection.fetchval(statements.shared("table_exists"), address.qualified)
     return exists
 

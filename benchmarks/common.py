@@ -1,0 +1,137 @@
+"""Helpers shared by the benchmarks: statistics, result files, throwaway databases, progress."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+
+from endpoint_runtime.transport.addresses import quote_identifier
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+def progress(text: str) -> None:
+    """Write one progress line to stderr (stdout is kept for the result JSON).
+
+    Args:
+        text: The line to write.
+    """
+    print(text, file=sys.stderr, flush=True)
+
+
+def median(values: Sequence[float]) -> float:
+    """The median of ``values`` (mean of the two middle values for an even count).
+
+    Args:
+        values: At least one number.
+
+    Returns:
+        The median.
+    """
+    return percentile(values, 50.0)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile with linear interpolation between closest ranks.
+
+    Args:
+        values: At least one number.
+        q: Percentile between 0 and 100.
+
+    Returns:
+        The interpolated percentile.
+
+    Raises:
+        ValueError: If ``values`` is empty or ``q`` is outside [0, 100].
+    """
+    if not values:
+        raise ValueError("percentile of no values")
+    if not 0.0 <= q <= 100.0:
+        raise ValueError(f"percentile {q} is outside [0, 100]")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float]:
+    """Median, quartiles and extremes of a series of per-run figures.
+
+    Args:
+        values: At least one number.
+
+    Returns:
+        A mapping with ``median``, ``p25``, ``p75``, ``min`` and ``max``.
+    """
+    return {
+        "median": median(values),
+        "p25": percentile(values, 25.0),
+        "p75": percentile(values, 75.0),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def utc_stamp() -> str:
+    """The current UTC time as a compact file-name-safe stamp, e.g. ``20250101T120000Z``."""
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def write_result(name: str, payload: dict[str, Any], directory: Path = RESULTS_DIR) -> Path:
+    """Write a result as JSON to ``<directory>/<name>-<UTC timestamp>.json``.
+
+    Args:
+        name: Benchmark name, the file name's prefix.
+        payload: JSON-serializable result.
+        directory: Where to write; created if missing.
+
+    Returns:
+        The path written.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-{utc_stamp()}.json"
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+@asynccontextmanager
+async def throwaway_database(dsn: str, prefix: str = "er_bench") -> AsyncIterator[str]:
+    """Create a fresh database on the server of ``dsn`` and drop it on exit.
+
+    Connect to it with ``asyncpg.connect(dsn, database=name)`` (an explicit ``database``
+    overrides the one in the DSN).
+
+    Args:
+        dsn: Any DSN of the server (its own database is only used for CREATE/DROP DATABASE);
+            ``""`` means the libpq ``PG*`` environment.
+        prefix: Start of the database name; a process id and random suffix follow.
+
+    Yields:
+        The new database's name.
+    """
+    name = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    quoted = quote_identifier(name)
+    admin = await asyncpg.connect(dsn or None)
+    try:
+        await admin.execute(f"CREATE DATABASE {quoted}")
+    finally:
+        await admin.close()
+    try:
+        yield name
+    finally:
+        admin = await asyncpg.connect(dsn or None)
+        try:
+            # WITH (FORCE) (PostgreSQL 13+) ends sessions a failed run may have left behind.
+            await admin.execute(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
+        finally:
+            await admin.close()

@@ -1,0 +1,1 @@
+"""Example endpoints: sales -> billing -> shipping."""

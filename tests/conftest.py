@@ -1,0 +1,71 @@
+"""Shared fixtures: one PostgreSQL server per test session, one database per test.
+
+The server is ``ENDPOINT_RUNTIME_DSN`` when set, otherwise the embedded one. A template
+database is built once per session (``CREATE DATABASE ... TEMPLATE``) and cloned per test, so
+each test starts from the same known state and tests never see each other's rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import pytest
+
+from endpoint_runtime.embedded import resolve_dsn, with_database
+from endpoint_runtime.settings import TransportSettings
+from endpoint_runtime.transport import PostgresTransport, connect_pool, quote_identifier
+
+_counter = itertools.count()
+
+
+async def _admin(dsn: str, *statements: str) -> None:
+    connection = await asyncpg.connect(with_database(dsn, "postgres"))
+    try:
+        for statement in statements:
+            await connection.execute(statement)
+    finally:
+        await connection.close()
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> str:
+    return resolve_dsn(None)
+
+
+@pytest.fixture(scope="session")
+def template_database(server_dsn: str) -> Iterator[str]:
+    name = f"er_template_{os.getpid()}"
+    quoted = quote_identifier(name)
+    asyncio.run(_admin(server_dsn, f"DROP DATABASE IF EXISTS {quoted}",
+                       f"CREATE DATABASE {quoted}"))
+    yield name
+    asyncio.run(_admin(server_dsn, f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)"))
+
+
+@pytest.fixture
+async def database_dsn(server_dsn: str, template_database: str) -> AsyncIterator[str]:
+    """DSN of a fresh database cloned from the session's template."""
+    name = f"er_test_{os.getpid()}_{next(_counter)}"
+    quoted = quote_identifier(name)
+    await _admin(server_dsn,
+                 f"CREATE DATABASE {quoted} TEMPLATE {quote_identifier(template_database)}")
+    yield with_database(server_dsn, name)
+    await _admin(server_dsn, f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
+
+
+@pytest.fixture
+async def pool(database_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await connect_pool(database_dsn, min_size=1, max_size=20)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture
+async def transport(database_dsn: str) -> AsyncIterator[PostgresTransport]:
+    settings = TransportSettings(dsn=database_dsn, pool_max_size=20)
+    async with PostgresTransport.connect(settings) as transport:
+        yield transport
