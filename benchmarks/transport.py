@@ -14,8 +14,7 @@ import os
 import platform
 import sys
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack, suppress
 from datetime import UTC, datetime
 from typing import Any
@@ -25,10 +24,9 @@ import msgspec
 import structlog
 
 from benchmarks.common import median, progress, summarize, throwaway_database, write_result
+from benchmarks.transport_sides import Worker, Workload, build_workload, receive_worker, send_worker
 from endpoint_runtime.embedded import redact_dsn, resolve_dsn
-from endpoint_runtime.messages import OutgoingMessage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.transport import queues, receiving, sending, statements
+from endpoint_runtime.transport import queues
 from endpoint_runtime.transport.addresses import QueueAddress
 
 QUICK = {"messages": 3_000, "concurrency": 4, "runs": 3}
@@ -36,113 +34,14 @@ FULL = {"messages": 20_000, "concurrency": 8, "runs": 5}
 WARMUP_MESSAGES = 500
 SIDES = ("raw", "ours")
 PHASES = ("send", "receive")
-SERVER_SETTINGS = ("fsync", "synchronous_commit", "wal_sync_method", "full_page_writes",
-                   "shared_buffers", "max_connections")
-
-Worker = Callable[[asyncpg.Connection], Awaitable[int]]
-RawRow = tuple[uuid.UUID, str, bytes]
-
-_raw_headers = msgspec.json.Decoder(dict[str, str])
-
-
-class PlaceOrder(msgspec.Struct):
-    """The benchmark's message: a typical small command."""
-
-    __message_type_name__ = "Benchmarks.Messages.PlaceOrder"
-    order_id: str
-    customer_id: str
-    quantity: int
-    amount: float
-    lines: list[str]
-
-
-class Workload(msgspec.Struct, frozen=True):
-    """The same messages twice: as OutgoingMessage for ours, pre-encoded rows for raw."""
-
-    outgoing: list[OutgoingMessage]
-    raw_rows: list[RawRow]
-
-    def head(self, count: int) -> Workload:
-        """The first ``count`` messages (for the warm-up)."""
-        return Workload(self.outgoing[:count], self.raw_rows[:count])
-
-
-def build_workload(count: int) -> Workload:
-    """Build ``count`` messages before any timing starts.
-
-    Args:
-        count: Number of messages.
-
-    Returns:
-        The workload; raw rows carry the same id, header JSON text and body bytes.
-    """
-    outgoing = [
-        create_outgoing(
-            PlaceOrder(f"order-{i}", f"customer-{i % 97}", i % 7 + 1, 12.5 * (i % 13),
-                       [f"sku-{i % 31}", f"sku-{i % 17}"]),
-            originating_endpoint="benchmark",
-        )
-        for i in range(count)
-    ]
-    raw_rows = [(uuid.UUID(m.message_id), msgspec.json.encode(m.headers).decode(), m.body)
-                for m in outgoing]
-    return Workload(outgoing, raw_rows)
-
-
-def send_worker(side: str, address: QueueAddress, workload: Workload) -> Worker:
-    """A worker that sends until the shared supply of messages is used up."""
-    if side == "ours":
-        messages = iter(workload.outgoing)
-
-        async def ours(connection: asyncpg.Connection) -> int:
-            sent = 0
-            for message in messages:
-                await sending.send(connection, address, message)
-                sent += 1
-            return sent
-
-        return ours
-    statement = statements.for_queue(address)["send"]
-    rows = iter(workload.raw_rows)
-
-    async def raw(connection: asyncpg.Connection) -> int:
-        sent = 0
-        for native_id, headers, body in rows:
-            await connection.execute(statement, native_id, None, headers, body)
-            sent += 1
-        return sent
-
-    return raw
-
-
-def receive_worker(side: str, address: QueueAddress) -> Worker:
-    """A worker that receives, one transaction per message, until the queue is empty."""
-    if side == "ours":
-
-        async def ours(connection: asyncpg.Connection) -> int:
-            received = 0
-            while True:
-                async with connection.transaction():
-                    message = await receiving.receive(connection, address)
-                if message is None:
-                    return received
-                received += 1
-
-        return ours
-    statement = statements.for_queue(address)["receive"]
-
-    async def raw(connection: asyncpg.Connection) -> int:
-        received = 0
-        while True:
-            async with connection.transaction():
-                row = await connection.fetchrow(statement)
-                if row is not None:
-                    _raw_headers.decode(row["headers"])
-            if row is None:
-                return received
-            received += 1
-
-    return raw
+SERVER_SETTINGS = (
+    "fsync",
+    "synchronous_commit",
+    "wal_sync_method",
+    "full_page_writes",
+    "shared_buffers",
+    "max_connections",
+)
 
 
 async def timed(connections: Sequence[asyncpg.Connection], worker: Worker) -> tuple[float, int]:
@@ -168,8 +67,11 @@ async def run_once(
     workload: Workload,
     label: str,
     raw_first: bool,
+    aa: bool = False,
 ) -> dict[str, Any]:
     """One run: send all messages on each side, then receive them all, in alternating order.
+
+    With ``aa`` both sides run the raw code (A/A calibration of the harness's noise).
 
     Returns:
         Messages per second and seconds of each side and phase, and the ratios.
@@ -183,17 +85,20 @@ async def run_once(
     for phase in PHASES:
         for side in order:
             address = addresses[side]
+            code = "raw" if aa else side
             await checkpoint(admin)
             if phase == "send":
-                seconds, handled = await timed(connections, send_worker(side, address, workload))
+                seconds, handled = await timed(connections, send_worker(code, address, workload))
                 left = count
             else:
-                seconds, handled = await timed(connections, receive_worker(side, address))
+                seconds, handled = await timed(connections, receive_worker(code, address))
                 left = 0
             depth = await queues.depth(admin, address)
             if handled != count or depth != left:
-                raise RuntimeError(f"{side} {phase}: handled {handled} of {count}, "
-                                   f"{depth} rows left (expected {left})")
+                raise RuntimeError(
+                    f"{side} {phase}: handled {handled} of {count}, "
+                    f"{depth} rows left (expected {left})"
+                )
             prefix = "" if side == "ours" else "raw_"
             figures[f"{prefix}{phase}_per_s"] = round(count / seconds, 1)
             figures[f"{prefix}{phase}_seconds"] = round(seconds, 4)
@@ -215,34 +120,48 @@ async def server_facts(admin: asyncpg.Connection) -> dict[str, Any]:
     }
 
 
-async def benchmark(dsn: str, messages: int, concurrency: int, runs: int) -> dict[str, Any]:
+async def benchmark(
+    dsn: str, messages: int, concurrency: int, runs: int, aa: bool = False
+) -> dict[str, Any]:
     """Warm up, then do ``runs`` runs in a throwaway database; return the assembled result."""
     workload = build_workload(messages)
     async with throwaway_database(dsn) as database:
         admin = await asyncpg.connect(dsn or None, database=database)
-        pool = await asyncpg.create_pool(dsn or None, database=database,
-                                         min_size=concurrency, max_size=concurrency)
+        pool = await asyncpg.create_pool(
+            dsn or None, database=database, min_size=concurrency, max_size=concurrency
+        )
         try:
             facts = await server_facts(admin)
-            progress(f"PostgreSQL {facts['postgres_version']}, database {database}, "
-                     f"settings {facts['postgres_settings']}")
+            progress(
+                f"PostgreSQL {facts['postgres_version']}, database {database}, "
+                f"settings {facts['postgres_settings']}"
+            )
             if facts["postgres_settings"]["fsync"] != "on":
                 progress("WARNING: fsync is off: figures do not reflect a durable server")
             async with AsyncExitStack() as stack:
-                connections = [await stack.enter_async_context(pool.acquire())
-                               for _ in range(concurrency)]
+                connections = [
+                    await stack.enter_async_context(pool.acquire()) for _ in range(concurrency)
+                ]
                 warm = workload.head(min(WARMUP_MESSAGES, messages))
-                await run_once(connections, admin, warm, "warmup", raw_first=True)
+                await run_once(connections, admin, warm, "warmup", raw_first=True, aa=aa)
                 progress(f"warm-up done ({len(warm.outgoing)} messages each side)")
                 per_run = []
                 for index in range(runs):
-                    figures = await run_once(connections, admin, workload, str(index + 1),
-                                             raw_first=index % 2 == 0)
+                    figures = await run_once(
+                        connections,
+                        admin,
+                        workload,
+                        str(index + 1),
+                        raw_first=index % 2 == 0,
+                        aa=aa,
+                    )
                     per_run.append({"run": index + 1, **figures})
-                    progress(f"run {index + 1}/{runs} ({figures['order']} first): "
-                             f"send {figures['send_per_s']}/s vs raw {figures['raw_send_per_s']}/s "
-                             f"({figures['send_ratio']}), receive {figures['receive_per_s']}/s vs "
-                             f"raw {figures['raw_receive_per_s']}/s ({figures['receive_ratio']})")
+                    progress(
+                        f"run {index + 1}/{runs} ({figures['order']} first): "
+                        f"send {figures['send_per_s']}/s vs raw {figures['raw_send_per_s']}/s "
+                        f"({figures['send_ratio']}), receive {figures['receive_per_s']}/s vs "
+                        f"raw {figures['raw_receive_per_s']}/s ({figures['receive_ratio']})"
+                    )
         finally:
             await pool.close()
             await admin.close()
@@ -272,7 +191,8 @@ def headline(per_run: Sequence[dict[str, Any]]) -> dict[str, Any]:
         result[f"raw_{phase}_per_s"] = round(raw, 1)
         result[f"{phase}_ratio"] = round(ours / raw, 4)
         result[f"{phase}_ratio_paired_median"] = round(
-            median([run[f"{phase}_ratio"] for run in per_run]), 4)
+            median([run[f"{phase}_ratio"] for run in per_run]), 4
+        )
     result["spread"] = spread
     return result
 
@@ -284,16 +204,28 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "plain asyncpg loop running the same SQL (ratio = ours / raw, medians over runs). "
         "Progress goes to stderr; the last line of stdout is the result as JSON.",
     )
-    parser.add_argument("--quick", action="store_true",
-                        help=f"short run: {QUICK['messages']} messages, concurrency "
-                        f"{QUICK['concurrency']}, {QUICK['runs']} runs, no result file "
-                        f"(default: {FULL['messages']}, {FULL['concurrency']}, {FULL['runs']}, "
-                        "written to benchmarks/results/)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"short run: {QUICK['messages']} messages, concurrency "
+        f"{QUICK['concurrency']}, {QUICK['runs']} runs, no result file "
+        f"(default: {FULL['messages']}, {FULL['concurrency']}, {FULL['runs']}, "
+        "written to benchmarks/results/)",
+    )
     parser.add_argument("--messages", type=int, help="messages per run and side")
     parser.add_argument("--concurrency", type=int, help="concurrent tasks (one connection each)")
     parser.add_argument("--runs", type=int, help="measured runs (order alternates)")
-    parser.add_argument("--dsn", help="PostgreSQL server (default: ENDPOINT_RUNTIME_DSN, PG* "
-                        "variables, else the embedded server); a throwaway database is used")
+    parser.add_argument(
+        "--aa",
+        action="store_true",
+        help="A/A calibration: both sides run the raw code, so every ratio "
+        "differs from 1.0 only by noise (no result file)",
+    )
+    parser.add_argument(
+        "--dsn",
+        help="PostgreSQL server (default: ENDPOINT_RUNTIME_DSN, PG* "
+        "variables, else the embedded server); a throwaway database is used",
+    )
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else FULL
     for name, default in defaults.items():
@@ -311,11 +243,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
     started = datetime.now(UTC)
     dsn = resolve_dsn(args.dsn)
-    progress(f"server {redact_dsn(dsn) or '(PG* environment)'}: {args.messages} messages, "
-             f"concurrency {args.concurrency}, {args.runs} runs")
-    result = asyncio.run(benchmark(dsn, args.messages, args.concurrency, args.runs))
+    progress(
+        f"server {redact_dsn(dsn) or '(PG* environment)'}: {args.messages} messages, "
+        f"concurrency {args.concurrency}, {args.runs} runs"
+    )
+    if args.aa:
+        progress("A/A calibration: both sides run the raw code")
+    result = asyncio.run(benchmark(dsn, args.messages, args.concurrency, args.runs, args.aa))
     result.update(
         benchmark="transport",
+        aa_calibration=args.aa,
         mode="quick" if args.quick else "full",
         started_at=started.isoformat(timespec="seconds"),
         python_version=platform.python_version(),
@@ -324,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         platform=platform.platform(),
         cpu_count=os.cpu_count(),
     )
-    if not args.quick:
+    if not (args.quick or args.aa):
         result["result_file"] = str(write_result("transport", result))
         progress(f"wrote {result['result_file']}")
     print(json.dumps(result, sort_keys=True))

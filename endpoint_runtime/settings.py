@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.transactions import TransactionMode
 
 ENV_PREFIX = "ENDPOINT_RUNTIME_"
 
@@ -123,3 +124,85 @@ def load_settings(
         return msgspec.convert(values, settings_type, strict=False)
     except msgspec.ValidationError as exc:
         raise ConfigurationError(f"invalid {settings_type.__name__}: {exc}") from exc
+
+
+def _default_concurrency() -> int:
+    return max(2, os.cpu_count() or 1)
+
+
+class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """How one logical endpoint receives and processes messages.
+
+    Attributes:
+        transaction_mode: see :class:`~endpoint_runtime.transactions.TransactionMode`.
+        max_concurrency: most messages in flight across all receivers of one deployment.
+        slots_per_receiver: most messages in flight in one receiver actor; the peeker starts
+            ``ceil(max_concurrency / slots_per_receiver)`` receivers at most.
+        min_receivers: receivers kept while the queue is idle (0 = wake on demand).
+        batch_size: 1 receives one message per transaction; N > 1 enables batched atomic
+            receive (atomic mode only): up to N messages per transaction, one commit.
+        immediate_retries: attempts after the first before the error queue (default 5;
+            0 and not settable with ``TransactionMode.NONE``).
+        error_queue: where failed and poison messages go.
+        stop_timeout: seconds a graceful stop waits for in-flight handlers before cancelling.
+        scale_down_after: seconds of empty peeks before surplus receivers are retired.
+        receiver_num_cpus: Ray CPUs reserved per receiver (0: do not reserve).
+    """
+
+    transaction_mode: TransactionMode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
+    max_concurrency: int = msgspec.field(default_factory=_default_concurrency)
+    slots_per_receiver: int = 4
+    min_receivers: int = 1
+    batch_size: int = 1
+    immediate_retries: int | None = None
+    error_queue: str = "error"
+    stop_timeout: float = 30.0
+    scale_down_after: float = 10.0
+    receiver_num_cpus: float = 0.0
+    transport: TransportSettings = msgspec.field(default_factory=TransportSettings)
+
+    def __post_init__(self) -> None:
+        try:
+            mode = TransactionMode(self.transaction_mode)
+        except ValueError:
+            choices = ", ".join(m.value for m in TransactionMode)
+            raise ConfigurationError(
+                f"unknown transaction_mode {self.transaction_mode!r}; choose one of {choices}"
+            ) from None
+        if self.max_concurrency < 1:
+            raise ConfigurationError("max_concurrency must be at least 1")
+        if self.slots_per_receiver < 1:
+            raise ConfigurationError("slots_per_receiver must be at least 1")
+        if self.min_receivers < 0:
+            raise ConfigurationError("min_receivers cannot be negative")
+        if self.batch_size < 1:
+            raise ConfigurationError("batch_size must be at least 1")
+        if self.batch_size > 1 and mode is not TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+            raise ConfigurationError(
+                "batched receive (batch_size > 1) needs TransactionMode.SENDS_ATOMIC_WITH_RECEIVE"
+            )
+        if self.immediate_retries is not None:
+            if self.immediate_retries < 0:
+                raise ConfigurationError("immediate_retries cannot be negative")
+            if mode is TransactionMode.NONE and self.immediate_retries > 0:
+                raise ConfigurationError(
+                    "retries cannot be used with TransactionMode.NONE: the message is already "
+                    "gone from the queue when the handler runs"
+                )
+        if self.stop_timeout < 0 or self.scale_down_after < 0:
+            raise ConfigurationError("stop_timeout and scale_down_after cannot be negative")
+
+    @property
+    def mode(self) -> TransactionMode:
+        return TransactionMode(self.transaction_mode)
+
+    @property
+    def retries(self) -> int:
+        """Immediate retries in force (the default depends on the mode)."""
+        if self.immediate_retries is not None:
+            return self.immediate_retries
+        return 0 if self.mode is TransactionMode.NONE else 5
+
+    @property
+    def max_receivers(self) -> int:
+        return -(-self.max_concurrency // self.slots_per_receiver)

@@ -56,3 +56,13 @@ async def send_many(
         )
     except asyncpg.UndefinedTableError as exc:
         raise QueueNotFoundError(str(address)) from exc
+
+
+async def send_raw(
+    executor: Executor, address: QueueAddress, native_id: uuid.UUID, headers: str, body: bytes
+) -> None:
+    """Insert a row whose headers text is kept byte for byte (it may not even parse)."""
+    try:
+        await executor.execute(statements.for_queue(address)["send_raw"], native_id, headers, body)
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc

@@ -125,3 +125,7 @@ ORDER BY 1, 2;
 
 -- table_exists --
 SELECT to_regclass($1) IS NOT NULL;
+
+-- send_raw --
+-- A row moved as it is (poison messages to the error queue).
+INSERT INTO {queue} (id, expires, headers, body) VALUES ($1, NULL, $2, $3);

@@ -1,0 +1,62 @@
+"""endpoint_runtime: NServiceBus-style message endpoints on PostgreSQL, run on Ray.
+
+Example::
+
+    import msgspec
+    from endpoint_runtime import Endpoint, HandlerContext
+
+    class PlaceOrder(msgspec.Struct):
+        order_id: str
+
+    endpoint = Endpoint("sales")
+
+    @endpoint.handler
+    async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
+        ...
+"""
+
+from __future__ import annotations
+
+from endpoint_runtime.context import HandlerContext
+from endpoint_runtime.deployment import EndpointDeployment
+from endpoint_runtime.endpoint import Endpoint, load_endpoint
+from endpoint_runtime.errors import (
+    ConfigurationError,
+    EndpointRuntimeError,
+    MessageDecodeError,
+    QueueNotFoundError,
+    UnknownMessageTypeError,
+)
+from endpoint_runtime.messages import Headers, MessageIntent
+from endpoint_runtime.sender import Sender
+from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
+from endpoint_runtime.transactions import TransactionMode
+from endpoint_runtime.transport import PostgresTransport, QueueAddress
+
+__all__ = [  # noqa: RUF022 - grouped by topic, not sorted
+    # endpoints and handlers
+    "Endpoint",
+    "HandlerContext",
+    "TransactionMode",
+    "load_endpoint",
+    # running on Ray
+    "EndpointDeployment",
+    # sending from outside handlers
+    "Sender",
+    # settings
+    "EndpointSettings",
+    "TransportSettings",
+    "load_settings",
+    # messages
+    "Headers",
+    "MessageIntent",
+    # transport
+    "PostgresTransport",
+    "QueueAddress",
+    # errors
+    "EndpointRuntimeError",
+    "ConfigurationError",
+    "MessageDecodeError",
+    "QueueNotFoundError",
+    "UnknownMessageTypeError",
+]

@@ -1,0 +1,281 @@
+"""PeekerActor: watches one endpoint's queue and keeps the right receivers running.
+
+Loop: peek (max-min estimate over unlocked rows) -> check receivers (replace dead ones) ->
+scale to the policy of :mod:`endpoint_runtime.actors.scaling` -> wake idle receivers when
+messages wait -> sleep until the peek delay passes or a NOTIFY arrives. Allowance decreases are
+confirmed before increases are handed out, so at most ``max_concurrency`` messages are in
+flight across the deployment at any moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import Any
+
+import asyncpg
+import msgspec
+import ray
+import structlog
+
+from endpoint_runtime.actors import scaling
+from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
+from endpoint_runtime.logging import configure_logging
+from endpoint_runtime.settings import EndpointSettings
+from endpoint_runtime.transport import QueueAddress, connect_pool, receiving
+
+log = structlog.get_logger("endpoint_runtime.peeker")
+
+MIN_CYCLE_SECONDS = 0.1
+STATUS_TIMEOUT_SECONDS = 10.0
+
+
+class DeploymentConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Plain, picklable description of one endpoint deployment."""
+
+    endpoint_path: str
+    endpoint_name: str
+    address: QueueAddress
+    dsn: str
+    settings: EndpointSettings
+    deployment_id: str
+
+
+class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
+    endpoint: str
+    estimate: int
+    max_concurrency: int
+    receivers: list[ReceiverStatus]
+    replaced_receivers: int
+
+    @property
+    def in_flight(self) -> int:
+        return sum(r.in_flight for r in self.receivers)
+
+    @property
+    def processed(self) -> int:
+        return sum(r.processed for r in self.receivers)
+
+
+class _Handle(msgspec.Struct, kw_only=True):
+    receiver_id: str
+    actor: Any
+    allowance: int = 0
+    last: ReceiverStatus | None = None
+
+
+class Peeker:
+    """Plain class; :data:`PeekerActor` is its Ray actor form."""
+
+    def __init__(self, config: DeploymentConfig) -> None:
+        configure_logging()
+        structlog.contextvars.bind_contextvars(endpoint=config.endpoint_name)
+        self.config = config
+        self.settings = config.settings
+        self._receivers: list[_Handle] = []
+        self._estimate = 0
+        self._idle_since = time.monotonic()
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._replaced = 0
+        self._lock = asyncio.Lock()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._pool: asyncpg.Pool | None = None
+        self._listener: asyncpg.Connection | None = None
+
+    async def start(self) -> None:
+        self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=2)
+        if self.settings.transport.notify_on_send:
+            self._listener = await asyncpg.connect(self.config.dsn or None)
+            await self._listener.add_listener(
+                self.config.address.notify_channel, lambda *_: self._wake.set()
+            )
+        async with self._lock:
+            await self._reconcile()
+        self._loop_task = asyncio.get_running_loop().create_task(self._run())
+        log.info("peeker_started", max_concurrency=self.settings.max_concurrency)
+
+    async def _run(self) -> None:
+        peek_delay = self.settings.transport.peek_delay
+        while not self._stopping:
+            started = time.monotonic()
+            try:
+                async with self._lock:
+                    await self._reconcile()
+            except Exception as exc:
+                log.warning("peek_cycle_failed", error=f"{type(exc).__name__}: {exc}")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=peek_delay)
+            elapsed = time.monotonic() - started
+            if elapsed < MIN_CYCLE_SECONDS:
+                await asyncio.sleep(MIN_CYCLE_SECONDS - elapsed)
+
+    async def _reconcile(self) -> None:
+        assert self._pool is not None
+        cap = self.settings.transport.max_records_to_peek
+        self._estimate = await receiving.peek(self._pool, self.config.address, cap)
+        await self._refresh_statuses()
+        busy = sum(h.last.in_flight for h in self._receivers if h.last)
+        now = time.monotonic()
+        if self._estimate > 0 or busy > 0:
+            self._idle_since = now
+        wanted = scaling.receivers_needed(scaling.ScalingInput(
+            estimate=self._estimate,
+            busy_slots=busy,
+            current_receivers=len(self._receivers),
+            idle_seconds=now - self._idle_since,
+            max_concurrency=self.settings.max_concurrency,
+            slots_per_receiver=self.settings.slots_per_receiver,
+            min_receivers=self.settings.min_receivers,
+            scale_down_after=self.settings.scale_down_after,
+        ))
+        await self._scale_to(wanted)
+        if self._estimate > 0:
+            await self._wake_idle()
+
+    async def _refresh_statuses(self) -> None:
+        """Ask every receiver for its status; replace the ones that died."""
+        if not self._receivers:
+            return
+        results = await asyncio.gather(
+            *(asyncio.wait_for(_ref(h.actor.status.remote()), STATUS_TIMEOUT_SECONDS)
+              for h in self._receivers),
+            return_exceptions=True,
+        )
+        for handle, result in zip(list(self._receivers), results, strict=True):
+            if isinstance(result, ReceiverStatus):
+                handle.last = result
+            elif isinstance(result, ray.exceptions.RayActorError):
+                log.warning("receiver_died", receiver=handle.receiver_id, error=str(result)[:200])
+                self._receivers.remove(handle)
+                self._replaced += 1
+            else:
+                log.warning("receiver_status_failed", receiver=handle.receiver_id,
+                            error=repr(result)[:200])
+
+    async def _scale_to(self, wanted: int) -> None:
+        while len(self._receivers) > wanted:
+            handle = self._receivers.pop()
+            await self._retire(handle)
+        new = []
+        while len(self._receivers) + len(new) < wanted:
+            new.append(self._launch())
+        if new:
+            started = await asyncio.gather(
+                *(_ref(h.actor.start.remote()) for h in new), return_exceptions=True
+            )
+            for handle, result in zip(new, started, strict=True):
+                if isinstance(result, BaseException):
+                    log.error("receiver_start_failed", error=str(result)[:500])
+                    ray.kill(handle.actor, no_restart=True)
+                else:
+                    self._receivers.append(handle)
+        await self._apply_allowances()
+
+    def _launch(self) -> _Handle:
+        receiver_id = f"{self.config.endpoint_name}-{uuid.uuid4().hex[:8]}"
+        config = ReceiverConfig(
+            endpoint_path=self.config.endpoint_path,
+            dsn=self.config.dsn,
+            settings=self.settings,
+            receiver_id=receiver_id,
+        )
+        actor = ReceiverActor.options(  # type: ignore[attr-defined]
+            num_cpus=self.settings.receiver_num_cpus,
+            scheduling_strategy="SPREAD",
+            max_restarts=0,
+        ).remote(config)
+        log.info("receiver_launched", receiver=receiver_id)
+        return _Handle(receiver_id=receiver_id, actor=actor)
+
+    async def _apply_allowances(self) -> None:
+        targets = scaling.allowances(
+            len(self._receivers), self.settings.max_concurrency, self.settings.slots_per_receiver
+        )
+        pairs = list(zip(self._receivers, targets, strict=True))
+        # Decreases first, and wait for them: only then may others grow.
+        await asyncio.gather(*(self._set_allowance(h, t) for h, t in pairs if t < h.allowance))
+        await asyncio.gather(*(self._set_allowance(h, t) for h, t in pairs if t > h.allowance))
+
+    async def _set_allowance(self, handle: _Handle, allowance: int) -> None:
+        await _ref(handle.actor.set_allowance.remote(allowance))
+        handle.allowance = allowance
+
+    async def _wake_idle(self) -> None:
+        share = max(1, -(-self._estimate // max(1, len(self._receivers))))
+        await asyncio.gather(
+            *(_ref(h.actor.wake.remote(share)) for h in self._receivers
+              if h.allowance > 0 and (h.last is None or h.last.slots < h.allowance)),
+            return_exceptions=True,
+        )
+
+    async def _retire(self, handle: _Handle) -> None:
+        with contextlib.suppress(ray.exceptions.RayActorError):
+            await _ref(handle.actor.drain.remote(self.settings.stop_timeout))
+        ray.kill(handle.actor, no_restart=True)
+        log.info("receiver_retired", receiver=handle.receiver_id)
+
+    # -- control (Ray calls) ----------------------------------------------------------------
+
+    async def set_max_concurrency(self, max_concurrency: int) -> None:
+        """Change the concurrency limit at runtime; takes effect before this returns."""
+        async with self._lock:
+            self.settings = msgspec.structs.replace(self.settings, max_concurrency=max_concurrency)
+            self.settings.__post_init__()
+            await self._reconcile()
+
+    async def status(self) -> DeploymentStatus:
+        return DeploymentStatus(
+            endpoint=self.config.endpoint_name,
+            estimate=self._estimate,
+            max_concurrency=self.settings.max_concurrency,
+            receivers=[h.last for h in self._receivers if h.last is not None],
+            replaced_receivers=self._replaced,
+        )
+
+    async def receiver_pids(self) -> list[int]:
+        await self._refresh_statuses()
+        return [h.last.pid for h in self._receivers if h.last is not None]
+
+    async def stop(self) -> DeploymentStatus:
+        """Graceful stop: receivers stop receiving, finish in-flight work, then exit."""
+        self._stopping = True
+        self._wake.set()
+        async with self._lock:
+            if self._loop_task is not None:
+                self._loop_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._loop_task
+            await self._refresh_statuses()
+            final = await asyncio.gather(
+                *(_ref(h.actor.drain.remote(self.settings.stop_timeout)) for h in self._receivers),
+                return_exceptions=True,
+            )
+            for handle in self._receivers:
+                ray.kill(handle.actor, no_restart=True)
+            self._receivers.clear()
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+        if self._pool is not None:
+            await self._pool.close()
+        log.info("peeker_stopped")
+        return DeploymentStatus(
+            endpoint=self.config.endpoint_name,
+            estimate=self._estimate,
+            max_concurrency=self.settings.max_concurrency,
+            receivers=[s for s in final if isinstance(s, ReceiverStatus)],
+            replaced_receivers=self._replaced,
+        )
+
+
+async def _ref(object_ref: Any) -> Any:
+    """Await a Ray ObjectRef (kept in one place so timeouts wrap a coroutine)."""
+    return await object_ref
+
+
+PeekerActor = ray.remote(Peeker)
+"""Ray actor form of :class:`Peeker`."""

@@ -1,0 +1,199 @@
+"""ReceiverActor: pulls messages from PostgreSQL itself and runs the handler pipeline.
+
+A receiver runs up to ``allowance`` receive slots (asyncio tasks), each one message (or one
+batch) in its own transaction. Slots follow the adaptive concurrency of the SQL Server
+transport: a slot that finds the queue empty ends; a slot with a run of successful receives
+starts another, up to the allowance. A wake-up (LISTEN/NOTIFY on its own connection, or a call
+from the peeker) starts slots again. The allowance is set by the peeker; lowering it returns
+only once the surplus slots have finished their current message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+import asyncpg
+import msgspec
+import ray
+import structlog
+
+from endpoint_runtime.endpoint import load_endpoint
+from endpoint_runtime.logging import configure_logging
+from endpoint_runtime.settings import EndpointSettings
+from endpoint_runtime.transport import connect_pool
+
+log = structlog.get_logger("endpoint_runtime.receiver")
+
+GROW_AFTER_SUCCESSES = 3
+"""Consecutive successful receives after which a slot starts another slot."""
+FAILURE_BACKOFF_SECONDS = 1.0
+
+
+class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Everything a receiver needs: plain, picklable values only."""
+
+    endpoint_path: str
+    dsn: str
+    settings: EndpointSettings
+    receiver_id: str
+
+
+class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
+    receiver_id: str
+    pid: int
+    node_id: str
+    allowance: int
+    slots: int
+    in_flight: int
+    processed: int
+    failed: int
+    moved_to_error: int
+    processing_seconds: float
+    draining: bool
+
+
+class Receiver:
+    """Plain class; :data:`ReceiverActor` is its Ray actor form."""
+
+    def __init__(self, config: ReceiverConfig) -> None:
+        configure_logging()
+        self.config = config
+        self._allowance = 0
+        self._slots: set[asyncio.Task[None]] = set()
+        self._in_flight = 0
+        self._draining = False
+        self._shrunk = asyncio.Event()
+        self._pool: asyncpg.Pool | None = None
+        self._listener: asyncpg.Connection | None = None
+
+    async def start(self) -> dict[str, Any]:
+        settings = self.config.settings
+        endpoint = load_endpoint(self.config.endpoint_path)
+        self._pipeline = endpoint.create_pipeline(settings)
+        max_slots = settings.slots_per_receiver
+        self._pool = await connect_pool(
+            self.config.dsn, min_size=1, max_size=max_slots * 2 + 1
+        )
+        self._strategy = endpoint.create_strategy(self._pipeline, self._pool, settings)
+        if settings.transport.notify_on_send:
+            await self._listen()
+        structlog.contextvars.bind_contextvars(endpoint=endpoint.name)
+        log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid())
+        return {"pid": os.getpid(), "node_id": _node_id()}
+
+    async def _listen(self) -> None:
+        self._listener = await asyncpg.connect(self.config.dsn or None)
+        channel = self._pipeline.local_address.notify_channel
+        await self._listener.add_listener(channel, lambda *_: self.wake(1))
+
+    # -- control (Ray calls) ----------------------------------------------------------------
+
+    async def set_allowance(self, allowance: int) -> int:
+        """Most slots this receiver may run; returns once at most that many run."""
+        self._allowance = max(0, allowance)
+        while len(self._slots) > self._allowance:
+            self._shrunk.clear()
+            await self._shrunk.wait()
+        return len(self._slots)
+
+    def wake(self, hint: int = 1) -> int:
+        """Start up to ``hint`` slots (within the allowance); returns slots running."""
+        if self._draining:
+            return len(self._slots)
+        room = self._allowance - len(self._slots)
+        for _ in range(max(0, min(hint, room))):
+            self._start_slot()
+        return len(self._slots)
+
+    def status(self) -> ReceiverStatus:
+        stats = self._pipeline.stats
+        return ReceiverStatus(
+            receiver_id=self.config.receiver_id,
+            pid=os.getpid(),
+            node_id=_node_id(),
+            allowance=self._allowance,
+            slots=len(self._slots),
+            in_flight=self._in_flight,
+            processed=stats.processed,
+            failed=stats.failed,
+            moved_to_error=stats.moved_to_error,
+            processing_seconds=stats.processing_seconds,
+            draining=self._draining,
+        )
+
+    async def drain(self, grace_seconds: float) -> ReceiverStatus:
+        """Stop receiving; let in-flight messages finish within ``grace_seconds``, then cancel
+        them (their transactions roll back, so the rows come back to the queue)."""
+        self._draining = True
+        self._allowance = 0
+        slots = list(self._slots)
+        if slots:
+            _, pending = await asyncio.wait(slots, timeout=grace_seconds)
+            for task in pending:
+                task.cancel()
+            if pending:
+                log.warning("drain_timeout_cancelled", cancelled=len(pending))
+                await asyncio.gather(*pending, return_exceptions=True)
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+        if self._pool is not None:
+            await self._pool.close()
+        log.info("receiver_stopped", receiver=self.config.receiver_id)
+        return self.status()
+
+    # -- slots ------------------------------------------------------------------------------
+
+    def _start_slot(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._slot())
+        self._slots.add(task)
+        task.add_done_callback(self._slot_ended)
+
+    def _slot_ended(self, task: asyncio.Task[None]) -> None:
+        self._slots.discard(task)
+        self._shrunk.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("slot_crashed", exc_info=task.exception())
+
+    async def _slot(self) -> None:
+        try:
+            await self._receive_until_empty()
+        finally:
+            # Leave the set at once (not in the done callback) so that the next slot to
+            # check the allowance sees the right count.
+            self._slots.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._shrunk.set()
+
+    async def _receive_until_empty(self) -> None:
+        successes = 0
+        while not self._draining and len(self._slots) <= self._allowance:
+            self._in_flight += 1
+            try:
+                result = await self._strategy.receive_round()
+            except Exception as exc:
+                # The transport failed (connection lost, database down): back off, retry.
+                log.warning("receive_failed", error=f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(FAILURE_BACKOFF_SECONDS)
+                continue
+            finally:
+                self._in_flight -= 1
+            if result.taken == 0:
+                return
+            successes += 1
+            if successes >= GROW_AFTER_SUCCESSES:
+                successes = 0
+                self.wake(1)
+
+
+def _node_id() -> str:
+    with contextlib.suppress(Exception):
+        return str(ray.get_runtime_context().get_node_id())
+    return "local"
+
+
+ReceiverActor = ray.remote(Receiver)
+"""Ray actor form of :class:`Receiver` (options are set by the peeker)."""
+

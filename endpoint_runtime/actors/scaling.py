@@ -1,0 +1,53 @@
+"""How many receivers an endpoint deployment needs and how much each may take at once.
+
+Pure functions of the peek estimate and the settings, so the policy is testable without Ray.
+The peeker applies allowance decreases before increases, so the sum of allowances (and hence
+of messages in flight) never exceeds ``max_concurrency``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+
+class ScalingInput(msgspec.Struct, frozen=True, kw_only=True):
+    estimate: int
+    """Waiting messages (peek estimate)."""
+    busy_slots: int
+    """Slots of all receivers that were processing at the last status."""
+    current_receivers: int
+    idle_seconds: float
+    """How long the queue has looked empty and slots idle."""
+    max_concurrency: int
+    slots_per_receiver: int
+    min_receivers: int
+    scale_down_after: float
+
+
+def receivers_needed(state: ScalingInput) -> int:
+    """Receivers to run: enough slots for the backlog (plus work in flight), within limits.
+
+    Scaling up happens at once; scaling down only after ``scale_down_after`` idle seconds.
+    """
+    max_receivers = math.ceil(state.max_concurrency / state.slots_per_receiver)
+    wanted_slots = min(state.max_concurrency, state.estimate + state.busy_slots)
+    wanted = max(state.min_receivers, math.ceil(wanted_slots / state.slots_per_receiver))
+    wanted = min(wanted, max(max_receivers, state.min_receivers))
+    if wanted >= state.current_receivers:
+        return wanted
+    if state.idle_seconds >= state.scale_down_after:
+        return wanted
+    return state.current_receivers
+
+
+def allowances(receivers: int, max_concurrency: int, slots_per_receiver: int) -> list[int]:
+    """Slots for each of ``receivers`` receivers, summing to at most ``max_concurrency``."""
+    left = max_concurrency
+    result = []
+    for _ in range(receivers):
+        share = min(slots_per_receiver, left)
+        result.append(share)
+        left -= share
+    return result

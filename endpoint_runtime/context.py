@@ -1,0 +1,214 @@
+"""HandlerContext: what a handler sees of the message it handles and how it sends.
+
+Example::
+
+    @endpoint.handler
+    async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
+        await context.connection.execute("INSERT INTO orders VALUES ($1)", message.order_id)
+        await context.send(OrderAccepted(order_id=message.order_id), destination="billing")
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import timedelta
+from typing import Any, Protocol
+
+import asyncpg
+import msgspec
+
+from endpoint_runtime.errors import EndpointRuntimeError
+from endpoint_runtime.messages import Headers, MessageIntent, OutgoingMessage, TransportMessage
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.transport.addresses import QueueAddress
+
+
+class OutgoingDispatcher(Protocol):
+    """Where a handler's outgoing messages go; each transaction mode has its own."""
+
+    async def dispatch(
+        self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool
+    ) -> None: ...
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_address(destination: str, schema: str) -> QueueAddress:
+    return QueueAddress.parse(destination, schema)
+
+
+class HandlerContext:
+    """The incoming message's envelope, the transaction's connection, and sending.
+
+    Attributes:
+        message_id: the incoming message's id.
+        headers: the incoming message's headers (read-only by convention).
+        endpoint: name of the endpoint handling the message.
+    """
+
+    def __init__(
+        self,
+        *,
+        message: TransportMessage,
+        endpoint: str,
+        local_address: QueueAddress,
+        dispatcher: OutgoingDispatcher,
+        connection: asyncpg.Connection | None,
+    ) -> None:
+        self.transport_message = message
+        self.message_id = message.message_id
+        self.headers: Mapping[str, str] = message.headers
+        self.endpoint = endpoint
+        self._local_address = local_address
+        self._dispatcher = dispatcher
+        self._connection = connection
+        self._sent: set[tuple[str, QueueAddress]] = set()
+
+    @property
+    def connection(self) -> asyncpg.Connection:
+        """The receive transaction's connection: write business data here so it commits or
+        rolls back with the message. Never commit or roll it back yourself."""
+        if self._connection is None:
+            raise EndpointRuntimeError("this context has no database connection")
+        return self._connection
+
+    async def send(
+        self,
+        message: msgspec.Struct,
+        destination: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        immediate: bool = False,
+        time_to_be_received: timedelta | None = None,
+        message_id: str | None = None,
+    ) -> str:
+        """Send ``message`` to the queue ``destination``; returns its message id.
+
+        ``immediate=True`` dispatches at once on another connection, escaping the receive
+        transaction: the message stays sent even if the handler fails afterwards.
+        """
+        return await self._send(
+            message, destination, MessageIntent.SEND, headers, immediate,
+            time_to_be_received, message_id, None,
+        )
+
+    async def send_local(
+        self,
+        message: msgspec.Struct,
+        *,
+        headers: Mapping[str, str] | None = None,
+        immediate: bool = False,
+        time_to_be_received: timedelta | None = None,
+        message_id: str | None = None,
+    ) -> str:
+        """Send ``message`` to this endpoint's own queue."""
+        return await self._send(
+            message, self._local_address, MessageIntent.SEND, headers, immediate,
+            time_to_be_received, message_id, None,
+        )
+
+    async def reply(
+        self,
+        message: msgspec.Struct,
+        *,
+        headers: Mapping[str, str] | None = None,
+        immediate: bool = False,
+    ) -> str:
+        """Send ``message`` to the incoming message's ``ReplyToAddress``."""
+        reply_to = self.headers.get(Headers.REPLY_TO_ADDRESS)
+        if not reply_to:
+            raise EndpointRuntimeError(
+                f"cannot reply to message {self.message_id}: it has no "
+                f"{Headers.REPLY_TO_ADDRESS} header"
+            )
+        correlation = self.headers.get(Headers.CORRELATION_ID) or self.message_id
+        return await self._send(
+            message, reply_to, MessageIntent.REPLY, headers, immediate, None, None, correlation,
+        )
+
+    async def _send(
+        self,
+        message: msgspec.Struct,
+        destination: str | QueueAddress,
+        intent: MessageIntent,
+        headers: Mapping[str, str] | None,
+        immediate: bool,
+        time_to_be_received: timedelta | None,
+        message_id: str | None,
+        correlation_id: str | None,
+    ) -> str:
+        address = (
+            destination
+            if isinstance(destination, QueueAddress)
+            else parse_address(destination, self._local_address.schema)
+        )
+        extra = {Headers.RELATED_TO: self.message_id}
+        if headers:
+            extra.update(headers)
+        outgoing = create_outgoing(
+            message,
+            intent=intent,
+            originating_endpoint=self.endpoint,
+            reply_to=str(self._local_address),
+            conversation_id=self.headers.get(Headers.CONVERSATION_ID),
+            correlation_id=correlation_id,
+            message_id=message_id,
+            headers=extra,
+            time_to_be_received=time_to_be_received,
+        )
+        key = (outgoing.message_id, address)
+        if key in self._sent:
+            return outgoing.message_id  # the same message to the same queue goes once
+        self._sent.add(key)
+        await self._dispatcher.dispatch(address, outgoing, immediate=immediate)
+        return outgoing.message_id
+
+
+_QUERY_METHODS = frozenset({
+    "execute", "executemany", "fetch", "fetchrow", "fetchval", "prepare",
+    "copy_from_query", "copy_from_table", "copy_records_to_table", "copy_to_table",
+})
+
+
+class LazySavepointConnection:
+    """A connection whose first query first runs ``ensure_savepoint``.
+
+    Batched receive handles many messages in one transaction; each message's database work
+    must be undoable on its own. A savepoint per message would cost two round trips even for
+    handlers that never touch the database, so it is taken on first use instead.
+    """
+
+    def __init__(
+        self, connection: asyncpg.Connection, ensure_savepoint: Callable[[], Awaitable[None]]
+    ) -> None:
+        self._connection = connection
+        self._ensure_savepoint = ensure_savepoint
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._connection, name)
+        if name not in _QUERY_METHODS:
+            return attribute
+
+        async def query(*args: Any, **kwargs: Any) -> Any:
+            await self._ensure_savepoint()
+            return await attribute(*args, **kwargs)
+
+        return query
+
+    def transaction(self, **options: Any) -> Any:
+        return _SavepointFirst(self, options)
+
+
+class _SavepointFirst:
+    def __init__(self, proxy: LazySavepointConnection, options: dict[str, Any]) -> None:
+        self._proxy = proxy
+        self._options = options
+        self._inner: Any = None
+
+    async def __aenter__(self) -> Any:
+        await self._proxy._ensure_savepoint()
+        self._inner = self._proxy._connection.transaction(**self._options)
+        return await self._inner.__aenter__()
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._inner.__aexit__(*exc_info)

@@ -1,0 +1,106 @@
+"""Running an endpoint on Ray: the driver-side handle of one deployment.
+
+Example::
+
+    deployment = await EndpointDeployment.start("handlers_examples.sales:endpoint")
+    print(await deployment.status())
+    await deployment.stop()
+
+Several deployments of one endpoint (two processes, two clusters) may run at once: they
+compete on the same queue safely, each message taken once (SKIP LOCKED).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import msgspec
+import structlog
+
+from endpoint_runtime.actors.cluster import ensure_ray
+from endpoint_runtime.actors.peeker import DeploymentConfig, DeploymentStatus, PeekerActor
+from endpoint_runtime.embedded import resolve_dsn
+from endpoint_runtime.endpoint import Endpoint, load_endpoint
+from endpoint_runtime.settings import EndpointSettings
+from endpoint_runtime.transport import PostgresTransport, QueueAddress
+
+log = structlog.get_logger("endpoint_runtime.deployment")
+
+
+class EndpointDeployment:
+    """A running endpoint: one PeekerActor and the ReceiverActors it manages."""
+
+    def __init__(self, config: DeploymentConfig, peeker: Any) -> None:
+        self.config = config
+        self.peeker = peeker
+
+    @classmethod
+    async def start(
+        cls,
+        endpoint: str | Endpoint,
+        *,
+        settings: EndpointSettings | None = None,
+        **overrides: Any,
+    ) -> EndpointDeployment:
+        """Create the endpoint's queues, then start its peeker (which starts receivers).
+
+        ``endpoint`` is an Endpoint defined at module level, or its ``module:attribute`` path.
+        Setting overrides (e.g. ``max_concurrency=4``) apply to this deployment only.
+        """
+        if isinstance(endpoint, str):
+            path, endpoint = endpoint, load_endpoint(endpoint)
+        else:
+            path = endpoint.import_path
+        endpoint.validate()
+        settings = settings or endpoint.settings
+        if overrides:
+            settings = msgspec.structs.replace(settings, **overrides)
+            settings.__post_init__()
+        transport_settings = settings.transport
+        dsn = await asyncio.to_thread(resolve_dsn, transport_settings.dsn)
+        transport_settings = msgspec.structs.replace(transport_settings, dsn=dsn)
+        settings = msgspec.structs.replace(settings, transport=transport_settings)
+        async with PostgresTransport.connect(transport_settings) as transport:
+            await transport.create_queue(endpoint.address)
+            await transport.create_queue(
+                QueueAddress.parse(settings.error_queue, transport_settings.schema)
+            )
+        config = DeploymentConfig(
+            endpoint_path=path,
+            endpoint_name=endpoint.name,
+            address=endpoint.address,
+            dsn=dsn,
+            settings=settings,
+            deployment_id=uuid.uuid4().hex[:8],
+        )
+        await asyncio.to_thread(ensure_ray)
+        peeker = PeekerActor.options(  # type: ignore[attr-defined]
+            num_cpus=0, max_restarts=0, name=f"peeker-{endpoint.name}-{config.deployment_id}"
+        ).remote(config)
+        await peeker.start.remote()
+        log.info("endpoint_started", endpoint=endpoint.name, path=path,
+                 mode=settings.mode.value, max_concurrency=settings.max_concurrency)
+        return cls(config, peeker)
+
+    async def status(self) -> DeploymentStatus:
+        status: DeploymentStatus = await self.peeker.status.remote()
+        return status
+
+    async def set_max_concurrency(self, max_concurrency: int) -> None:
+        await self.peeker.set_max_concurrency.remote(max_concurrency)
+
+    async def receiver_pids(self) -> list[int]:
+        pids: list[int] = await self.peeker.receiver_pids.remote()
+        return pids
+
+    async def stop(self) -> DeploymentStatus:
+        """Graceful stop (receivers finish in-flight work within ``stop_timeout``)."""
+        import ray
+
+        final: DeploymentStatus = await self.peeker.stop.remote()
+        ray.kill(self.peeker, no_restart=True)
+        log.info("endpoint_stopped", endpoint=self.config.endpoint_name,
+                 processed=final.processed)
+        return final

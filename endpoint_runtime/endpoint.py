@@ -1,0 +1,172 @@
+"""Endpoint: a logical endpoint's name (its queue), settings and handlers.
+
+Example::
+
+    endpoint = Endpoint("sales", max_concurrency=8)
+
+    @endpoint.handler
+    async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
+        await context.send(OrderAccepted(order_id=message.order_id), destination="billing")
+
+Handlers must live in an importable module: receiver actors import the endpoint by its path
+(``package.module:endpoint``), never by pickling closures.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
+
+import asyncpg
+import msgspec
+
+from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.handlers import Handler, HandlerRegistry
+from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.recoverability import RecoverabilityPolicy
+from endpoint_runtime.sender import Sender
+from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
+from endpoint_runtime.transactions import TransactionMode
+from endpoint_runtime.transactions.atomic import atomic_strategy
+from endpoint_runtime.transactions.base import ReceiveStrategy
+from endpoint_runtime.transactions.batched import BatchedAtomicStrategy
+from endpoint_runtime.transactions.none import NoTransactionStrategy
+from endpoint_runtime.transactions.receive_only import receive_only_strategy
+from endpoint_runtime.transport.addresses import QueueAddress
+
+H = TypeVar("H", bound=Handler)
+
+
+class Endpoint(Sender):
+    """A logical endpoint. Also a sender usable outside handlers (``await endpoint.send``).
+
+    Args:
+        name: endpoint name, also the name of its input queue.
+        settings: full settings; keyword overrides below win over it.
+        transaction_mode, max_concurrency, ...: any :class:`EndpointSettings` field.
+        send_only: the endpoint never receives (it can still send).
+        unrecoverable_exceptions: exception types that go straight to the error queue.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        settings: EndpointSettings | None = None,
+        send_only: bool = False,
+        unrecoverable_exceptions: tuple[type[BaseException], ...] = (),
+        **overrides: Any,
+    ) -> None:
+        if settings is None:
+            settings = load_settings(EndpointSettings, **overrides)
+        elif overrides:
+            try:
+                settings = msgspec.structs.replace(settings, **overrides)
+            except TypeError as exc:
+                raise ConfigurationError(f"unknown endpoint setting: {exc}") from exc
+            settings.__post_init__()
+        self.settings = settings
+        self.name = name
+        self.address = QueueAddress.parse(name, settings.transport.schema)
+        self.send_only = send_only
+        self.unrecoverable_exceptions = tuple(unrecoverable_exceptions)
+        self.registry = HandlerRegistry()
+        self._defined_in = sys._getframe(1).f_globals.get("__name__", "")
+        super().__init__(name, settings.transport, local_address=self.address)
+
+    # -- handlers -------------------------------------------------------------------------
+
+    @overload
+    def handler(self, function: H) -> H: ...
+
+    @overload
+    def handler(
+        self, function: None = None, *, message_type: type[msgspec.Struct] | None = None
+    ) -> Callable[[H], H]: ...
+
+    def handler(
+        self, function: H | None = None, *, message_type: type[msgspec.Struct] | None = None
+    ) -> H | Callable[[H], H]:
+        """Register an async handler; the function is returned unchanged.
+
+        Works bare (``@endpoint.handler``) or with options (``@endpoint.handler(...)``).
+        """
+
+        def decorate(fn: H) -> H:
+            self.register(fn, message_type)
+            return fn
+
+        return decorate(function) if function is not None else decorate
+
+    def register(self, handler: Handler, message_type: type[msgspec.Struct] | None = None) -> None:
+        """Add ``handler`` (same as the decorator)."""
+        if self.send_only:
+            raise ConfigurationError(f"send-only endpoint {self.name!r} cannot have handlers")
+        self.registry.register(handler, message_type)
+
+    # -- what receivers build from it -------------------------------------------------------
+
+    def create_pipeline(self, settings: EndpointSettings | None = None) -> Pipeline:
+        settings = settings or self.settings
+        return Pipeline(
+            endpoint=self.name,
+            registry=self.registry,
+            local_address=self.address,
+            error_address=QueueAddress.parse(settings.error_queue, settings.transport.schema),
+            policy=RecoverabilityPolicy(settings.retries, self.unrecoverable_exceptions),
+        )
+
+    @staticmethod
+    def create_strategy(
+        pipeline: Pipeline, pool: asyncpg.Pool, settings: EndpointSettings
+    ) -> ReceiveStrategy:
+        """The receive strategy of the settings' transaction mode."""
+        mode = settings.mode
+        if mode is TransactionMode.NONE:
+            return NoTransactionStrategy(pipeline, pool)
+        if mode is TransactionMode.RECEIVE_ONLY:
+            return receive_only_strategy(pipeline, pool)
+        if settings.batch_size > 1:
+            return BatchedAtomicStrategy(pipeline, pool, settings.batch_size)
+        return atomic_strategy(pipeline, pool)
+
+    @property
+    def import_path(self) -> str:
+        """``module:attribute`` under which receivers find this endpoint."""
+        module = sys.modules.get(self._defined_in)
+        if module is None or self._defined_in == "__main__":
+            raise ConfigurationError(
+                f"endpoint {self.name!r} must be defined in an importable module (not __main__) "
+                "so that receiver actors can import it"
+            )
+        for attribute, value in vars(module).items():
+            if value is self:
+                return f"{self._defined_in}:{attribute}"
+        raise ConfigurationError(
+            f"endpoint {self.name!r} is not a module-level name of {self._defined_in}"
+        )
+
+    def validate(self) -> None:
+        """Fail at start, with a clear error, on what could not run."""
+        if not self.send_only and len(self.registry) == 0:
+            raise ConfigurationError(f"endpoint {self.name!r} has no handlers")
+
+
+def load_endpoint(import_path: str) -> Endpoint:
+    """Import ``package.module:attribute`` and return the Endpoint it names."""
+    module_name, _, attribute = import_path.partition(":")
+    if not module_name or not attribute:
+        raise ConfigurationError(f"endpoint path {import_path!r} must look like 'module:attribute'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import {module_name!r}: {exc}") from exc
+    endpoint = getattr(module, attribute, None)
+    if not isinstance(endpoint, Endpoint):
+        raise ConfigurationError(f"{import_path} is not an Endpoint (got {type(endpoint)!r})")
+    return endpoint
+
+
+__all__ = ["Endpoint", "TransportSettings", "load_endpoint"]

@@ -1,0 +1,86 @@
+"""Handler registry: message type -> handlers, in registration order.
+
+The message type comes from the annotation of a handler's first parameter. Registration fails
+at once, with a clear error, for anything that could not run later.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.serialization import MessageTypes
+
+if typing.TYPE_CHECKING:
+    from endpoint_runtime.context import HandlerContext
+
+Handler = Callable[[Any, "HandlerContext"], Awaitable[None]]
+
+
+class HandlerRegistry:
+    """Handlers by message type, plus the message types they need decoded."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[type[msgspec.Struct], list[Handler]] = {}
+        self.message_types = MessageTypes()
+
+    def register(self, handler: Handler, message_type: type[msgspec.Struct] | None = None) -> None:
+        """Add ``handler`` for ``message_type`` (default: its first parameter's annotation)."""
+        if not inspect.iscoroutinefunction(handler):
+            raise ConfigurationError(
+                f"handler {_name(handler)} must be an async function (async def)"
+            )
+        if message_type is None:
+            message_type = message_type_of(handler)
+        self.message_types.add(message_type)
+        registered = self._handlers.setdefault(message_type, [])
+        if handler in registered:
+            raise ConfigurationError(
+                f"handler {_name(handler)} is already registered for {message_type.__name__}"
+            )
+        registered.append(handler)
+
+    def handlers_for(self, message_type: type[msgspec.Struct]) -> list[Handler]:
+        return self._handlers.get(message_type, [])
+
+    @property
+    def handled_types(self) -> list[type[msgspec.Struct]]:
+        return list(self._handlers)
+
+    def __len__(self) -> int:
+        return sum(len(h) for h in self._handlers.values())
+
+
+def message_type_of(handler: Handler) -> type[msgspec.Struct]:
+    """The msgspec Struct type annotated on the handler's first parameter."""
+    parameters = list(inspect.signature(handler).parameters.values())
+    if len(parameters) != 2:
+        raise ConfigurationError(
+            f"handler {_name(handler)} must take two parameters: (message, context)"
+        )
+    try:
+        hints = typing.get_type_hints(handler)
+    except Exception as exc:
+        raise ConfigurationError(
+            f"cannot resolve the annotations of handler {_name(handler)}: {exc}"
+        ) from exc
+    annotation = hints.get(parameters[0].name)
+    if annotation is None:
+        raise ConfigurationError(
+            f"handler {_name(handler)}: annotate the first parameter with the message type"
+        )
+    if not (isinstance(annotation, type) and issubclass(annotation, msgspec.Struct)):
+        raise ConfigurationError(
+            f"handler {_name(handler)}: message type {annotation!r} is not a msgspec.Struct"
+        )
+    return annotation
+
+
+def _name(handler: object) -> str:
+    module = getattr(handler, "__module__", "?")
+    return f"{module}.{getattr(handler, '__qualname__', repr(handler))}"

@@ -1,0 +1,90 @@
+"""Sending from outside handlers: scripts, web applications, tests.
+
+Example::
+
+    async with Sender("web") as sender:
+        await sender.send(PlaceOrder(order_id="1", amount=9.5), destination="sales")
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+
+from endpoint_runtime.context import parse_address
+from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.settings import TransportSettings
+from endpoint_runtime.transport import PostgresTransport
+from endpoint_runtime.transport.addresses import QueueAddress
+
+
+class Sender:
+    """Sends messages with the standard headers, each INSERT committed at once.
+
+    The connection pool opens on first use in the running event loop; ``close()`` (or
+    ``async with``) releases it.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        settings: TransportSettings | None = None,
+        *,
+        local_address: QueueAddress | None = None,
+    ) -> None:
+        self.name = name
+        self._transport_settings = settings or TransportSettings()
+        self._local_address = local_address
+        self._transport: PostgresTransport | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def transport(self) -> PostgresTransport:
+        loop = asyncio.get_running_loop()
+        if self._transport is None or self._loop is not loop:
+            self._transport = await PostgresTransport.connect(self._transport_settings)
+            self._loop = loop
+        return self._transport
+
+    async def send(
+        self,
+        message: msgspec.Struct,
+        destination: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        time_to_be_received: timedelta | None = None,
+        message_id: str | None = None,
+    ) -> str:
+        """Send ``message`` to the queue ``destination``; returns its message id."""
+        transport = await self.transport()
+        outgoing = create_outgoing(
+            message,
+            originating_endpoint=self.name,
+            reply_to=str(self._local_address) if self._local_address else None,
+            message_id=message_id,
+            headers=headers,
+            time_to_be_received=time_to_be_received,
+        )
+        await transport.send(parse_address(destination, self._transport_settings.schema), outgoing)
+        return outgoing.message_id
+
+    async def send_local(self, message: msgspec.Struct, **options: Any) -> str:
+        """Send ``message`` to this endpoint's own queue."""
+        if self._local_address is None:
+            raise ConfigurationError(f"{self.name!r} has no queue of its own")
+        return await self.send(message, str(self._local_address), **options)
+
+    async def close(self) -> None:
+        if self._transport is not None:
+            await self._transport.close()
+            self._transport = None
+
+    async def __aenter__(self) -> Sender:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()

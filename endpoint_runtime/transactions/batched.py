@@ -1,0 +1,111 @@
+"""Batched atomic receive (beyond the original): up to N messages per transaction.
+
+BEGIN; DELETE up to N lowest unlocked seqs; for each message run the handlers with a savepoint
+taken on its first database use; a failed message's work is rolled back to its savepoint, its
+outgoing messages dropped, and its row re-inserted with the original seq so it is retried on
+its own; write all outgoing messages (one round trip per destination); COMMIT once.
+
+If the batch itself cannot commit (e.g. an outgoing message to a queue that does not exist),
+everything rolls back and the next N messages are received one by one, so that the failure is
+charged to the message that caused it.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from endpoint_runtime.context import HandlerContext, LazySavepointConnection
+from endpoint_runtime.messages import PoisonMessage, TransportMessage
+from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round
+from endpoint_runtime.transactions.single import SingleMessageStrategy, _rollback_quietly
+from endpoint_runtime.transport import receiving
+
+
+class BatchedAtomicStrategy:
+    def __init__(self, pipeline: Pipeline, pool: asyncpg.Pool, batch_size: int) -> None:
+        self._pipeline = pipeline
+        self._pool = pool
+        self._batch_size = batch_size
+        self._one_by_one = SingleMessageStrategy(pipeline, pool, sends_atomic=True)
+        self._single_rounds_left = 0
+
+    async def receive_round(self) -> Round:
+        if self._single_rounds_left > 0:
+            self._single_rounds_left -= 1
+            return await self._one_by_one.receive_round()
+        async with self._pool.acquire() as connection:
+            transaction = connection.transaction()
+            await transaction.start()
+            try:
+                result, handled = await self._process_batch(connection)
+                await transaction.commit()
+            except BaseException:
+                await _rollback_quietly(transaction)
+                self._single_rounds_left = self._batch_size
+                raise
+        for message in handled:
+            self._pipeline.failures.forget(message.native_id)
+        return result
+
+    async def _process_batch(
+        self, connection: asyncpg.Connection
+    ) -> tuple[Round, list[TransportMessage]]:
+        pipeline = self._pipeline
+        batch = await receiving.receive_batch(connection, pipeline.local_address, self._batch_size)
+        if not batch:
+            return EMPTY, []
+        outgoing = BufferedDispatcher(self._pool)
+        retry: list[TransportMessage] = []
+        handled: list[TransportMessage] = []
+        failed = 0
+        for received in batch:
+            pipeline.bind_log_context(received)
+            if isinstance(received, PoisonMessage):
+                await pipeline.move_poison_to_error_queue(connection, received)
+                failed += 1
+                continue
+            failure = pipeline.exhausted_failure(received)
+            if failure is not None:
+                await pipeline.move_to_error_queue(connection, received, failure)
+                failed += 1
+                continue
+            if await self._handle_one(connection, received, outgoing):
+                handled.append(received)
+            else:
+                retry.append(received)
+                failed += 1
+        if retry:
+            await receiving.reinsert(connection, pipeline.local_address, retry)
+        await outgoing.flush(connection)
+        return Round(taken=len(batch), handled=len(handled), failed=failed), handled
+
+    async def _handle_one(
+        self, connection: asyncpg.Connection, message: TransportMessage,
+        outgoing: BufferedDispatcher,
+    ) -> bool:
+        savepoint: asyncpg.transaction.Transaction | None = None
+
+        async def ensure_savepoint() -> None:
+            nonlocal savepoint
+            if savepoint is None:
+                savepoint = connection.transaction()
+                await savepoint.start()
+
+        own = BufferedDispatcher(self._pool)
+        context = HandlerContext(
+            message=message, endpoint=self._pipeline.endpoint,
+            local_address=self._pipeline.local_address, dispatcher=own,
+            connection=LazySavepointConnection(connection, ensure_savepoint),  # type: ignore[arg-type]
+        )
+        try:
+            await self._pipeline.handle(message, context)
+        except Exception as exc:
+            if savepoint is not None:
+                await savepoint.rollback()
+            self._pipeline.record_failure(message, exc)
+            return False
+        if savepoint is not None:
+            await savepoint.commit()  # RELEASE SAVEPOINT
+        outgoing.pending.extend(own.pending)
+        return True

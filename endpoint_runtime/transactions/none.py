@@ -1,0 +1,47 @@
+"""TransactionMode.NONE: the DELETE commits before the handler runs (at-most-once).
+
+A failed message is not retried: a copy goes to the error queue so it is not lost from sight.
+Sends leave at once, each in its own transaction; ``context.connection`` is an autocommit
+connection.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from endpoint_runtime.context import HandlerContext
+from endpoint_runtime.messages import PoisonMessage
+from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.transactions.base import EMPTY, ImmediateDispatcher, Round
+from endpoint_runtime.transport import receiving
+
+
+class NoTransactionStrategy:
+    def __init__(self, pipeline: Pipeline, pool: asyncpg.Pool) -> None:
+        self._pipeline = pipeline
+        self._pool = pool
+        self._dispatcher = ImmediateDispatcher(pool)
+
+    async def receive_round(self) -> Round:
+        pipeline = self._pipeline
+        async with self._pool.acquire() as connection:
+            async with connection.transaction():
+                received = await receiving.receive(connection, pipeline.local_address)
+            if received is None:
+                return EMPTY
+            pipeline.bind_log_context(received)
+            if isinstance(received, PoisonMessage):
+                await pipeline.move_poison_to_error_queue(connection, received)
+                return Round(taken=1, failed=1)
+            context = HandlerContext(
+                message=received, endpoint=pipeline.endpoint,
+                local_address=pipeline.local_address, dispatcher=self._dispatcher,
+                connection=connection,
+            )
+            try:
+                await pipeline.handle(received, context)
+            except Exception as exc:
+                failure = pipeline.record_failure(received, exc)
+                await pipeline.move_to_error_queue(connection, received, failure)
+                return Round(taken=1, failed=1)
+            return Round(taken=1, handled=1)
