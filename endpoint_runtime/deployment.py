@@ -75,7 +75,7 @@ class EndpointDeployment:
             settings=settings,
             deployment_id=uuid.uuid4().hex[:8],
         )
-        await asyncio.to_thread(ensure_ray)
+        ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
         peeker = PeekerActor.options(  # type: ignore[attr-defined]
             num_cpus=0, max_restarts=0, name=f"peeker-{endpoint.name}-{config.deployment_id}"
         ).remote(config)

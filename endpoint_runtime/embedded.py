@@ -8,6 +8,7 @@ after the process ends so the next run reuses it; ``endpoint-runtime db stop`` s
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -64,9 +65,14 @@ def resolve_dsn(dsn: str | None = None) -> str:
 
 def start_embedded(directory: Path | None = None) -> str:
     """Start (or reuse) the embedded PostgreSQL and return its DSN (a Unix socket)."""
+    return _start_embedded((directory or data_dir()) / "pgdata")
+
+
+@functools.cache
+def _start_embedded(pgdata: Path) -> str:
+    """Once per process and data directory; the server itself outlives the process."""
     import pgserver  # imported late: only needed when no server is given
 
-    pgdata = (directory or data_dir()) / "pgdata"
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     try:
         server = pgserver.get_server(pgdata, cleanup_mode=None)

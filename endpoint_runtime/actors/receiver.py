@@ -168,24 +168,39 @@ class Receiver:
             self._shrunk.set()
 
     async def _receive_until_empty(self) -> None:
+        assert self._pool is not None
         successes = 0
-        while not self._draining and len(self._slots) <= self._allowance:
-            self._in_flight += 1
-            try:
-                result = await self._strategy.receive_round()
-            except Exception as exc:
-                # The transport failed (connection lost, database down): back off, retry.
-                log.warning("receive_failed", error=f"{type(exc).__name__}: {exc}")
-                await asyncio.sleep(FAILURE_BACKOFF_SECONDS)
-                continue
-            finally:
-                self._in_flight -= 1
-            if result.taken == 0:
-                return
-            successes += 1
-            if successes >= GROW_AFTER_SUCCESSES:
-                successes = 0
-                self.wake(1)
+        try:
+            connection = await self._pool.acquire()
+        except Exception as exc:
+            await self._back_off(exc)
+            return
+        try:
+            while not self._draining and len(self._slots) <= self._allowance:
+                self._in_flight += 1
+                try:
+                    result = await self._strategy.receive_round(connection)
+                except Exception as exc:
+                    # The transport failed (connection lost, database down): this slot ends
+                    # after a pause and a fresh one, with a fresh connection, takes over.
+                    await self._back_off(exc)
+                    return
+                finally:
+                    self._in_flight -= 1
+                if result.taken == 0:
+                    return
+                successes += 1
+                if successes >= GROW_AFTER_SUCCESSES:
+                    successes = 0
+                    self.wake(1)
+        finally:
+            await self._pool.release(connection)
+
+    async def _back_off(self, exc: Exception) -> None:
+        log.warning("receive_failed", error=f"{type(exc).__name__}: {exc}")
+        await asyncio.sleep(FAILURE_BACKOFF_SECONDS)
+        if not self._draining:
+            asyncio.get_running_loop().call_soon(self.wake, 1)
 
 
 def _node_id() -> str:

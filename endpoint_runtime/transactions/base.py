@@ -25,9 +25,13 @@ EMPTY = Round()
 
 
 class ReceiveStrategy(Protocol):
-    """Receives and processes one message (or one batch) in the mode's transaction shape."""
+    """Receives and processes one message (or one batch) in the mode's transaction shape.
 
-    async def receive_round(self) -> Round: ...
+    The connection belongs to the calling receive slot for its whole life: releasing a
+    connection to an asyncpg pool costs a reset round trip, too much to pay per message.
+    """
+
+    async def receive_round(self, connection: asyncpg.Connection) -> Round: ...
 
 
 class ImmediateDispatcher:

@@ -30,20 +30,19 @@ class BatchedAtomicStrategy:
         self._one_by_one = SingleMessageStrategy(pipeline, pool, sends_atomic=True)
         self._single_rounds_left = 0
 
-    async def receive_round(self) -> Round:
+    async def receive_round(self, connection: asyncpg.Connection) -> Round:
         if self._single_rounds_left > 0:
             self._single_rounds_left -= 1
-            return await self._one_by_one.receive_round()
-        async with self._pool.acquire() as connection:
-            transaction = connection.transaction()
-            await transaction.start()
-            try:
-                result, handled = await self._process_batch(connection)
-                await transaction.commit()
-            except BaseException:
-                await _rollback_quietly(transaction)
-                self._single_rounds_left = self._batch_size
-                raise
+            return await self._one_by_one.receive_round(connection)
+        transaction = connection.transaction()
+        await transaction.start()
+        try:
+            result, handled = await self._process_batch(connection)
+            await transaction.commit()
+        except BaseException:
+            await _rollback_quietly(transaction)
+            self._single_rounds_left = self._batch_size
+            raise
         for message in handled:
             self._pipeline.failures.forget(message.native_id)
         return result

@@ -22,26 +22,25 @@ class NoTransactionStrategy:
         self._pool = pool
         self._dispatcher = ImmediateDispatcher(pool)
 
-    async def receive_round(self) -> Round:
+    async def receive_round(self, connection: asyncpg.Connection) -> Round:
         pipeline = self._pipeline
-        async with self._pool.acquire() as connection:
-            async with connection.transaction():
-                received = await receiving.receive(connection, pipeline.local_address)
-            if received is None:
-                return EMPTY
-            pipeline.bind_log_context(received)
-            if isinstance(received, PoisonMessage):
-                await pipeline.move_poison_to_error_queue(connection, received)
-                return Round(taken=1, failed=1)
-            context = HandlerContext(
-                message=received, endpoint=pipeline.endpoint,
-                local_address=pipeline.local_address, dispatcher=self._dispatcher,
-                connection=connection,
-            )
-            try:
-                await pipeline.handle(received, context)
-            except Exception as exc:
-                failure = pipeline.record_failure(received, exc)
-                await pipeline.move_to_error_queue(connection, received, failure)
-                return Round(taken=1, failed=1)
-            return Round(taken=1, handled=1)
+        async with connection.transaction():
+            received = await receiving.receive(connection, pipeline.local_address)
+        if received is None:
+            return EMPTY
+        pipeline.bind_log_context(received)
+        if isinstance(received, PoisonMessage):
+            await pipeline.move_poison_to_error_queue(connection, received)
+            return Round(taken=1, failed=1)
+        context = HandlerContext(
+            message=received, endpoint=pipeline.endpoint,
+            local_address=pipeline.local_address, dispatcher=self._dispatcher,
+            connection=connection,
+        )
+        try:
+            await pipeline.handle(received, context)
+        except Exception as exc:
+            failure = pipeline.record_failure(received, exc)
+            await pipeline.move_to_error_queue(connection, received, failure)
+            return Round(taken=1, failed=1)
+        return Round(taken=1, handled=1)

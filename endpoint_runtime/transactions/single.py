@@ -28,50 +28,49 @@ class SingleMessageStrategy:
         self._sends_atomic = sends_atomic
         self._immediate = ImmediateDispatcher(pool)
 
-    async def receive_round(self) -> Round:
+    async def receive_round(self, connection: asyncpg.Connection) -> Round:
         pipeline = self._pipeline
-        async with self._pool.acquire() as connection:
-            transaction = connection.transaction()
-            await transaction.start()
-            received = None
-            try:
-                received = await receiving.receive(connection, pipeline.local_address)
-                if received is None:
-                    await transaction.commit()  # expired rows deleted on the way
-                    return EMPTY
-                pipeline.bind_log_context(received)
-                if isinstance(received, PoisonMessage):
-                    await pipeline.move_poison_to_error_queue(connection, received)
-                    await transaction.commit()
-                    return Round(taken=1, failed=1)
-                failure = pipeline.exhausted_failure(received)
-                if failure is not None:
-                    await pipeline.move_to_error_queue(connection, received, failure)
-                    await transaction.commit()
-                    return Round(taken=1, failed=1)
-                dispatcher = (
-                    BufferedDispatcher(self._pool) if self._sends_atomic else self._immediate
-                )
-                context = HandlerContext(
-                    message=received, endpoint=pipeline.endpoint,
-                    local_address=pipeline.local_address, dispatcher=dispatcher,
-                    connection=connection,
-                )
-                await pipeline.handle(received, context)
-                if isinstance(dispatcher, BufferedDispatcher):
-                    await dispatcher.flush(connection)
+        transaction = connection.transaction()
+        await transaction.start()
+        received = None
+        try:
+            received = await receiving.receive(connection, pipeline.local_address)
+            if received is None:
+                await transaction.commit()  # expired rows deleted on the way
+                return EMPTY
+            pipeline.bind_log_context(received)
+            if isinstance(received, PoisonMessage):
+                await pipeline.move_poison_to_error_queue(connection, received)
                 await transaction.commit()
-                pipeline.failures.forget(received.native_id)
-                return Round(taken=1, handled=1)
-            except Exception as exc:
-                await _rollback_quietly(transaction)
-                if received is None or isinstance(received, PoisonMessage):
-                    raise  # nothing received: a transport failure, for the receive loop
-                pipeline.record_failure(received, exc)
                 return Round(taken=1, failed=1)
-            except BaseException:
-                await _rollback_quietly(transaction)
-                raise
+            failure = pipeline.exhausted_failure(received)
+            if failure is not None:
+                await pipeline.move_to_error_queue(connection, received, failure)
+                await transaction.commit()
+                return Round(taken=1, failed=1)
+            dispatcher = (
+                BufferedDispatcher(self._pool) if self._sends_atomic else self._immediate
+            )
+            context = HandlerContext(
+                message=received, endpoint=pipeline.endpoint,
+                local_address=pipeline.local_address, dispatcher=dispatcher,
+                connection=connection,
+            )
+            await pipeline.handle(received, context)
+            if isinstance(dispatcher, BufferedDispatcher):
+                await dispatcher.flush(connection)
+            await transaction.commit()
+            pipeline.failures.forget(received.native_id)
+            return Round(taken=1, handled=1)
+        except Exception as exc:
+            await _rollback_quietly(transaction)
+            if received is None or isinstance(received, PoisonMessage):
+                raise  # nothing received: a transport failure, for the receive loop
+            pipeline.record_failure(received, exc)
+            return Round(taken=1, failed=1)
+        except BaseException:
+            await _rollback_quietly(transaction)
+            raise
 
 
 async def _rollback_quietly(transaction: asyncpg.transaction.Transaction) -> None:
