@@ -1,0 +1,225 @@
+"""Throughput of the Ray runtime against a plain asyncpg loop doing the same statements.
+
+Per run, the same backlog of N messages is drained three ways, at the same concurrency:
+
+- ``raw``: C asyncio tasks, each on its own connection: BEGIN; the transport's receive DELETE;
+  INSERT of one message into the sink queue (the transport's send INSERT); COMMIT.
+- ``ours``: an endpoint deployment (peeker + receiver actors) in atomic mode whose handler
+  sends one message to the sink queue.
+- ``batched``: the same with batched atomic receive (``batch_size`` messages per commit).
+
+The backlog becomes visible in one commit; a side's time runs from that commit until the
+sink holds N messages. Idle latency (send -> handler start) is measured on the idle atomic
+deployment with messages sent one at a time. Run ``python -m benchmarks.throughput --help``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import sys
+import time
+from typing import Any
+
+import asyncpg
+import msgspec
+import psutil
+import structlog
+
+from benchmarks.common import median, percentile, progress, throwaway_database, write_result
+from benchmarks.endpoints import SINK, Echo, Work
+from endpoint_runtime.deployment import EndpointDeployment
+from endpoint_runtime.embedded import redact_dsn, resolve_dsn, with_database
+from endpoint_runtime.messages import OutgoingMessage
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.settings import TransportSettings
+from endpoint_runtime.transport import QueueAddress, queues, sending, statements
+
+QUICK = {"messages": 2_000, "concurrency": 4, "runs": 3, "latency_samples": 100}
+FULL = {"messages": 10_000, "concurrency": 4, "runs": 5, "latency_samples": 300}
+INPUT = QueueAddress("bench_input")
+SINK_ADDRESS = QueueAddress(SINK)
+POLL_SECONDS = 0.01
+
+
+def work_messages(count: int) -> list[OutgoingMessage]:
+    now = time.time()
+    return [create_outgoing(Work(i, now), originating_endpoint="bench") for i in range(count)]
+
+
+async def load_backlog(
+    pool: asyncpg.Pool, queue: QueueAddress, messages: list[OutgoingMessage]
+) -> float:
+    """Insert the whole backlog in one transaction; returns the time it became visible."""
+    async with pool.acquire() as connection, connection.transaction():
+        for start in range(0, len(messages), 1000):
+            await sending.send_many(connection, queue, messages[start : start + 1000])
+    return time.perf_counter()
+
+
+async def wait_for_sink(pool: asyncpg.Pool, expected: int, limit_s: float = 600.0) -> float:
+    deadline = time.perf_counter() + limit_s
+    while (count := await queues.depth(pool, SINK_ADDRESS)) < expected:
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"sink holds {count} of {expected} messages after {limit_s} s")
+        await asyncio.sleep(POLL_SECONDS)
+    return time.perf_counter()
+
+
+async def run_raw(pool: asyncpg.Pool, dsn: str, count: int, concurrency: int) -> float:
+    """Plain asyncpg: the transport's own receive and send statements, nothing else."""
+    await queues.purge(pool, SINK_ADDRESS)
+    receive_sql = statements.for_queue(INPUT)["receive"]
+    send_sql = statements.for_queue(SINK_ADDRESS)["send"]
+    connections = [await asyncpg.connect(dsn) for _ in range(concurrency)]
+    echo_headers = '{"NServiceBus.EnclosedMessageTypes":"Benchmarks.Messages.Echo"}'
+
+    async def loop(connection: asyncpg.Connection) -> None:
+        while True:
+            async with connection.transaction():
+                row = await connection.fetchrow(receive_sql)
+                if row is None:
+                    return
+                await connection.execute(send_sql, row["id"], None, echo_headers, row["body"])
+
+    try:
+        visible = await load_backlog(pool, INPUT, work_messages(count))
+        await asyncio.gather(*(loop(c) for c in connections))
+        done = await wait_for_sink(pool, count)
+    finally:
+        await asyncio.gather(*(c.close() for c in connections))
+    return count / (done - visible)
+
+
+async def run_deployed(
+    pool: asyncpg.Pool, deployment: EndpointDeployment, queue: QueueAddress, count: int
+) -> float:
+    await queues.purge(pool, SINK_ADDRESS)
+    visible = await load_backlog(pool, queue, work_messages(count))
+    done = await wait_for_sink(pool, count)
+    return count / (done - visible)
+
+
+async def measure_latency(
+    pool: asyncpg.Pool, queue: QueueAddress, samples: int, gap_s: float = 0.02
+) -> list[float]:
+    """Send one message at a time to an idle endpoint; latency = handler start - send."""
+    await queues.purge(pool, SINK_ADDRESS)
+    for i in range(samples):
+        await sending.send(pool, queue, create_outgoing(Work(i, time.time())))
+        await asyncio.sleep(gap_s)
+    await wait_for_sink(pool, samples)
+    rows = await pool.fetch(f"SELECT body FROM {SINK_ADDRESS.qualified}")
+    decoder = msgspec.json.Decoder(Echo)
+    return [(e.started_at - e.sent_at) * 1000 for e in (decoder.decode(r["body"]) for r in rows)]
+
+
+async def deploy(path: str, dsn: str, concurrency: int, **overrides: Any) -> EndpointDeployment:
+    return await EndpointDeployment.start(
+        path,
+        transport=TransportSettings(dsn=dsn),
+        max_concurrency=concurrency,
+        slots_per_receiver=concurrency,
+        **overrides,
+    )
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    server = resolve_dsn(args.dsn)
+    results: dict[str, list[float]] = {"raw": [], "ours": [], "batched": []}
+    latencies: list[float] = []
+    rss_mb: list[float] = []
+    async with throwaway_database(server, "er_throughput") as database:
+        dsn = with_database(server, database)
+        pool = await asyncpg.create_pool(dsn, min_size=2, max_size=4)
+        try:
+            for queue in (INPUT, SINK_ADDRESS, QueueAddress("bench_atomic"),
+                          QueueAddress("bench_batched")):
+                async with pool.acquire() as connection:
+                    await queues.create_queue(connection, queue)
+            version = await pool.fetchval("SHOW server_version")
+            progress("starting deployments (Ray)...")
+            atomic = await deploy("benchmarks.endpoints:atomic", dsn, args.concurrency)
+            batched = await deploy("benchmarks.endpoints:batched", dsn, args.concurrency,
+                                   batch_size=args.batch_size)
+            try:
+                for run in range(args.runs):
+                    order = ["raw", "ours", "batched"]
+                    if run % 2:
+                        order.reverse()
+                    for side in order:
+                        if side == "raw":
+                            rate = await run_raw(pool, dsn, args.messages, args.concurrency)
+                        elif side == "ours":
+                            rate = await run_deployed(pool, atomic, QueueAddress("bench_atomic"),
+                                                      args.messages)
+                        else:
+                            rate = await run_deployed(pool, batched,
+                                                      QueueAddress("bench_batched"), args.messages)
+                        results[side].append(rate)
+                        progress(f"run {run + 1}/{args.runs} {side:8s} {rate:9.0f} msg/s")
+                    for pid in await atomic.receiver_pids():
+                        rss_mb.append(psutil.Process(pid).memory_info().rss / 2**20)
+                progress("idle latency...")
+                latencies = await measure_latency(pool, QueueAddress("bench_atomic"),
+                                                  args.latency_samples)
+            finally:
+                await atomic.stop()
+                await batched.stop()
+        finally:
+            await pool.close()
+    raw, ours, batch = (median(results[k]) for k in ("raw", "ours", "batched"))
+    return {
+        "benchmark": "throughput",
+        "msgs_per_s": round(ours, 1),
+        "raw_msgs_per_s": round(raw, 1),
+        "ratio": round(ours / raw, 3),
+        "batched_msgs_per_s": round(batch, 1),
+        "batched_ratio": round(batch / raw, 3),
+        "latency_p50_ms": round(percentile(latencies, 50), 2),
+        "latency_p99_ms": round(percentile(latencies, 99), 2),
+        "receiver_rss_mb": round(max(rss_mb), 1) if rss_mb else None,
+        "runs": args.runs,
+        "messages": args.messages,
+        "concurrency": args.concurrency,
+        "batch_size": args.batch_size,
+        "per_run": {k: [round(v, 1) for v in vs] for k, vs in results.items()},
+        "postgres": version,
+        "server": redact_dsn(server),
+        "python": platform.python_version(),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.throughput", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="short run for CI and smoke checks")
+    parser.add_argument("--messages", type=int, help="backlog size per run and side")
+    parser.add_argument("--concurrency", type=int, help="messages in flight on every side")
+    parser.add_argument("--runs", type=int, help="runs per side (medians are reported)")
+    parser.add_argument("--batch-size", type=int, default=50, help="batched receive size")
+    parser.add_argument("--latency-samples", type=int, help="messages for idle latency")
+    parser.add_argument("--dsn", help="PostgreSQL server (default: ENDPOINT_RUNTIME_DSN/embedded)")
+    args = parser.parse_args(argv)
+    defaults = QUICK if args.quick else FULL
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
+
+
+def run(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    result = asyncio.run(main(args))
+    if not args.quick:
+        progress(f"wrote {write_result('throughput', result)}")
+    print(json.dumps(result), flush=True)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    run()
