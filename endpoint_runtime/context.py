@@ -53,7 +53,7 @@ class HandlerContext:
         endpoint: str,
         local_address: QueueAddress,
         dispatcher: OutgoingDispatcher,
-        connection: asyncpg.Connection | None,
+        connection: asyncpg.Connection | LazySavepointConnection | None,
     ) -> None:
         self.transport_message = message
         self.message_id = message.message_id
@@ -65,7 +65,7 @@ class HandlerContext:
         self._sent: set[tuple[str, QueueAddress]] = set()
 
     @property
-    def connection(self) -> asyncpg.Connection:
+    def connection(self) -> asyncpg.Connection:  # a LazySavepointConnection quacks alike
         """The receive transaction's connection: write business data here so it commits or
         rolls back with the message. Never commit or roll it back yourself."""
         if self._connection is None:

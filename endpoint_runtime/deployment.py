@@ -76,10 +76,10 @@ class EndpointDeployment:
             deployment_id=uuid.uuid4().hex[:8],
         )
         ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
-        peeker = PeekerActor.options(  # type: ignore[attr-defined]
+        peeker = PeekerActor.options(
             num_cpus=0, max_restarts=0, name=f"peeker-{endpoint.name}-{config.deployment_id}"
         ).remote(config)
-        await peeker.start.remote()
+        await peeker.start.remote()  # type: ignore[attr-defined]
         log.info("endpoint_started", endpoint=endpoint.name, path=path,
                  mode=settings.mode.value, max_concurrency=settings.max_concurrency)
         return cls(config, peeker)

@@ -75,7 +75,7 @@ def _start_embedded(pgdata: Path) -> str:
 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     try:
-        server = pgserver.get_server(pgdata, cleanup_mode=None)
+        server = pgserver.get_server(pgdata, cleanup_mode=None)  # type: ignore[attr-defined]
         _ensure_capacity(server, pgdata)
     except Exception as exc:
         raise DatabaseUnavailableError(
@@ -95,7 +95,7 @@ def stop_embedded(directory: Path | None = None) -> bool:
     if not (pgdata / "postmaster.pid").exists():
         return False
     user = "pgserver" if os.geteuid() == 0 else None
-    _commands.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=pgdata, user=user)
+    _commands.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=pgdata, user=user)  # type: ignore[attr-defined]
     return True
 
 
@@ -111,7 +111,9 @@ def _ensure_capacity(server: object, pgdata: Path) -> None:
 
     user = "pgserver" if os.geteuid() == 0 else None
     try:
-        _commands.pg_ctl(["-w", "restart", "-m", "fast"], pgdata=pgdata, user=user)
+        _commands.pg_ctl(  # type: ignore[attr-defined]
+            ["-w", "restart", "-m", "fast"], pgdata=pgdata, user=user
+        )
     except subprocess.CalledProcessError as exc:
         raise DatabaseUnavailableError(f"restart of embedded PostgreSQL failed: {exc}") from exc
 

@@ -33,4 +33,4 @@ def ensure_ray() -> None:
         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}},
         configure_logging=False,
     )
-    log.info("ray_started", resources=ray.cluster_resources())
+    log.info("ray_started", resources=ray.cluster_resources())  # type: ignore[no-untyped-call]

@@ -160,7 +160,7 @@ class Peeker:
         while len(self._receivers) > wanted:
             handle = self._receivers.pop()
             await self._retire(handle)
-        new = []
+        new: list[_Handle] = []
         while len(self._receivers) + len(new) < wanted:
             new.append(self._launch())
         if new:
@@ -183,7 +183,7 @@ class Peeker:
             settings=self.settings,
             receiver_id=receiver_id,
         )
-        actor = ReceiverActor.options(  # type: ignore[attr-defined]
+        actor = ReceiverActor.options(
             num_cpus=self.settings.receiver_num_cpus,
             scheduling_strategy="SPREAD",
             max_restarts=0,

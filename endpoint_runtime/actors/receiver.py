@@ -164,7 +164,9 @@ class Receiver:
         finally:
             # Leave the set at once (not in the done callback) so that the next slot to
             # check the allowance sees the right count.
-            self._slots.discard(asyncio.current_task())  # type: ignore[arg-type]
+            task = asyncio.current_task()
+            if task is not None:
+                self._slots.discard(task)
             self._shrunk.set()
 
     async def _receive_until_empty(self) -> None:

@@ -95,7 +95,7 @@ class BatchedAtomicStrategy:
         context = HandlerContext(
             message=message, endpoint=self._pipeline.endpoint,
             local_address=self._pipeline.local_address, dispatcher=own,
-            connection=LazySavepointConnection(connection, ensure_savepoint),  # type: ignore[arg-type]
+            connection=LazySavepointConnection(connection, ensure_savepoint),
         )
         try:
             await self._pipeline.handle(message, context)

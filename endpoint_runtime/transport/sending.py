@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import asyncpg
 
@@ -12,7 +13,7 @@ from endpoint_runtime.messages import OutgoingMessage, encode_headers
 from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
 
-Executor = asyncpg.Connection | asyncpg.Pool
+Executor: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
 def _native_id(message: OutgoingMessage) -> uuid.UUID:
