@@ -56,7 +56,9 @@ def to_wire_time(moment: datetime) -> str:
     """Format a moment as NServiceBus does: ``yyyy-MM-dd HH:mm:ss:ffffff Z`` in UTC."""
     if moment.tzinfo is None:
         raise ValueError("wire timestamps need an aware datetime")
-    return moment.astimezone(UTC).strftime(_WIRE_TIME_FORMAT) + " Z"
+    # isoformat is several times faster than strftime, and this runs for every message.
+    text = moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+    return f"{text[:19]}:{text[20:]} Z"
 
 
 def from_wire_time(text: str) -> datetime:

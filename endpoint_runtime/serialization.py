@@ -53,6 +53,7 @@ class MessageTypes:
 
     def __init__(self) -> None:
         self._by_name: dict[str, type[msgspec.Struct]] = {}
+        self._resolved: dict[str, type[msgspec.Struct]] = {}
         self._decoders: dict[type[msgspec.Struct], msgspec.json.Decoder[Any]] = {}
 
     def add(self, message_type: type[msgspec.Struct]) -> str:
@@ -73,9 +74,14 @@ class MessageTypes:
 
     def resolve(self, enclosed_types: str) -> type[msgspec.Struct]:
         """The registered type named first in an ``EnclosedMessageTypes`` header."""
+        cached = self._resolved.get(enclosed_types)
+        if cached is not None:
+            return cached
         for name in enclosed_type_names(enclosed_types):
             found = self._by_name.get(name)
             if found is not None:
+                if len(self._resolved) < 10_000:  # bounded: headers come from outside
+                    self._resolved[enclosed_types] = found
                 return found
         raise UnknownMessageTypeError(enclosed_types)
 
