@@ -12,24 +12,62 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import asyncpg
 import msgspec
 
-from endpoint_runtime.errors import EndpointRuntimeError
-from endpoint_runtime.messages import Headers, MessageIntent, OutgoingMessage, TransportMessage
+from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError
+from endpoint_runtime.messages import (
+    Headers,
+    MessageIntent,
+    OutgoingMessage,
+    TransportMessage,
+    to_wire_time,
+    utc_now,
+)
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport.addresses import QueueAddress
 
 
 class OutgoingDispatcher(Protocol):
-    """Where a handler's outgoing messages go; each transaction mode has its own."""
+    """Where a handler's outgoing messages go; each transaction mode has its own.
+
+    ``due`` set: the message goes to the delayed-message store until then.
+    """
+
+    can_defer: bool
 
     async def dispatch(
-        self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool
+        self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool,
+        due: datetime | None = None,
     ) -> None: ...
+
+
+def due_time(delay: timedelta | None, deliver_at: datetime | None,
+             time_to_be_received: timedelta | None, can_defer: bool) -> datetime | None:
+    """When a deferred message is due; ``None`` when it goes at once (no delay, or past due).
+
+    Raises :class:`ConfigurationError` for a delay with a time-to-be-received, both a delay and
+    a due time, a naive due time, or a sender that cannot defer (send-only).
+    """
+    if delay is None and deliver_at is None:
+        return None
+    if delay is not None and deliver_at is not None:
+        raise ConfigurationError("give either delay or deliver_at, not both")
+    if time_to_be_received is not None:
+        raise ConfigurationError(
+            "a delayed message cannot have a time_to_be_received: it could expire while waiting"
+        )
+    if not can_defer:
+        raise ConfigurationError(
+            "a send-only endpoint cannot defer messages (it has no delayed-message store)"
+        )
+    if deliver_at is not None and deliver_at.tzinfo is None:
+        raise ConfigurationError("deliver_at must be an aware datetime (e.g. in UTC)")
+    due = deliver_at if deliver_at is not None else utc_now() + (delay or timedelta(0))
+    return due if due > utc_now() else None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -63,6 +101,8 @@ class HandlerContext:
         self._dispatcher = dispatcher
         self._connection = connection
         self._sent: set[tuple[str, QueueAddress]] = set()
+        self.processing_started: datetime | None = None
+        self.processing_ended: datetime | None = None
 
     @property
     def connection(self) -> asyncpg.Connection:  # a LazySavepointConnection quacks alike
@@ -81,15 +121,18 @@ class HandlerContext:
         immediate: bool = False,
         time_to_be_received: timedelta | None = None,
         message_id: str | None = None,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
     ) -> str:
         """Send ``message`` to the queue ``destination``; returns its message id.
 
         ``immediate=True`` dispatches at once on another connection, escaping the receive
         transaction: the message stays sent even if the handler fails afterwards.
+        ``delay`` or ``deliver_at`` defers delivery (a due time in the past delivers at once).
         """
         return await self._send(
             message, destination, MessageIntent.SEND, headers, immediate,
-            time_to_be_received, message_id, None,
+            time_to_be_received, message_id, None, delay, deliver_at,
         )
 
     async def send_local(
@@ -100,11 +143,13 @@ class HandlerContext:
         immediate: bool = False,
         time_to_be_received: timedelta | None = None,
         message_id: str | None = None,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
     ) -> str:
-        """Send ``message`` to this endpoint's own queue."""
+        """Send ``message`` to this endpoint's own queue (optionally deferred)."""
         return await self._send(
             message, self._local_address, MessageIntent.SEND, headers, immediate,
-            time_to_be_received, message_id, None,
+            time_to_be_received, message_id, None, delay, deliver_at,
         )
 
     async def reply(
@@ -136,13 +181,18 @@ class HandlerContext:
         time_to_be_received: timedelta | None,
         message_id: str | None,
         correlation_id: str | None,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
     ) -> str:
+        due = due_time(delay, deliver_at, time_to_be_received, self._dispatcher.can_defer)
         address = (
             destination
             if isinstance(destination, QueueAddress)
             else parse_address(destination, self._local_address.schema)
         )
         extra = {Headers.RELATED_TO: self.message_id}
+        if due is not None:
+            extra[Headers.DELIVER_AT] = to_wire_time(due)
         if headers:
             extra.update(headers)
         outgoing = create_outgoing(
@@ -160,7 +210,7 @@ class HandlerContext:
         if key in self._sent:
             return outgoing.message_id  # the same message to the same queue goes once
         self._sent.add(key)
-        await self._dispatcher.dispatch(address, outgoing, immediate=immediate)
+        await self._dispatcher.dispatch(address, outgoing, immediate=immediate, due=due)
         return outgoing.message_id
 
 

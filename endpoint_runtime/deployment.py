@@ -67,6 +67,9 @@ class EndpointDeployment:
             await transport.create_queue(
                 QueueAddress.parse(settings.error_queue, transport_settings.schema)
             )
+            if endpoint.delayed_store is not None and settings.delayed_delivery.enabled:
+                async with transport.pool.acquire() as connection:
+                    await endpoint.delayed_store.setup_infrastructure(connection)
         config = DeploymentConfig(
             endpoint_path=path,
             endpoint_name=endpoint.name,

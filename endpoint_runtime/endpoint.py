@@ -22,10 +22,11 @@ from typing import Any, TypeVar, overload
 import asyncpg
 import msgspec
 
+from endpoint_runtime.delayed import DelayedMessageStore, PostgresDelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.handlers import Handler, HandlerRegistry
 from endpoint_runtime.pipeline import Pipeline
-from endpoint_runtime.recoverability import RecoverabilityPolicy
+from endpoint_runtime.recoverability import RecoverabilityPolicy, RetryLimits
 from endpoint_runtime.sender import Sender
 from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
 from endpoint_runtime.transactions import TransactionMode
@@ -34,7 +35,11 @@ from endpoint_runtime.transactions.base import ReceiveStrategy
 from endpoint_runtime.transactions.batched import BatchedAtomicStrategy
 from endpoint_runtime.transactions.none import NoTransactionStrategy
 from endpoint_runtime.transactions.receive_only import receive_only_strategy
-from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.addresses import (
+    ENDPOINT_NAME_SUFFIXES,
+    TABLE_NAME_SUFFIXES,
+    QueueAddress,
+)
 
 H = TypeVar("H", bound=Handler)
 
@@ -46,8 +51,10 @@ class Endpoint(Sender):
         name: endpoint name, also the name of its input queue.
         settings: full settings; keyword overrides below win over it.
         transaction_mode, max_concurrency, ...: any :class:`EndpointSettings` field.
-        send_only: the endpoint never receives (it can still send).
+        send_only: the endpoint never receives (it can still send, but not defer).
         unrecoverable_exceptions: exception types that go straight to the error queue.
+        delayed_store: where delayed messages wait (default: the built-in PostgreSQL store,
+            table ``"<endpoint>.delayed"``); any :class:`DelayedMessageStore`.
     """
 
     def __init__(
@@ -57,6 +64,7 @@ class Endpoint(Sender):
         settings: EndpointSettings | None = None,
         send_only: bool = False,
         unrecoverable_exceptions: tuple[type[BaseException], ...] = (),
+        delayed_store: DelayedMessageStore | None = None,
         **overrides: Any,
     ) -> None:
         if settings is None:
@@ -70,11 +78,21 @@ class Endpoint(Sender):
         self.settings = settings
         self.name = name
         self.address = QueueAddress.parse(name, settings.transport.schema)
+        self.address.check_room_for_suffixes(
+            TABLE_NAME_SUFFIXES + ENDPOINT_NAME_SUFFIXES, "endpoint"
+        )
         self.send_only = send_only
+        self.delayed_store: DelayedMessageStore | None = None
+        if not send_only:
+            self.delayed_store = delayed_store or PostgresDelayedMessageStore.for_endpoint(
+                self.address
+            )
         self.unrecoverable_exceptions = tuple(unrecoverable_exceptions)
         self.registry = HandlerRegistry()
         self._defined_in = sys._getframe(1).f_globals.get("__name__", "")
-        super().__init__(name, settings.transport, local_address=self.address)
+        super().__init__(
+            name, settings.transport, local_address=self.address, delayed_store=self.delayed_store
+        )
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -83,28 +101,54 @@ class Endpoint(Sender):
 
     @overload
     def handler(
-        self, function: None = None, *, message_type: type[msgspec.Struct] | None = None
+        self,
+        function: None = None,
+        *,
+        message_type: type[msgspec.Struct] | None = None,
+        immediate_retries: int | None = None,
+        delayed_retries: int | None = None,
     ) -> Callable[[H], H]: ...
 
     def handler(
-        self, function: H | None = None, *, message_type: type[msgspec.Struct] | None = None
+        self,
+        function: H | None = None,
+        *,
+        message_type: type[msgspec.Struct] | None = None,
+        immediate_retries: int | None = None,
+        delayed_retries: int | None = None,
     ) -> H | Callable[[H], H]:
         """Register an async handler; the function is returned unchanged.
 
-        Works bare (``@endpoint.handler``) or with options (``@endpoint.handler(...)``).
+        Works bare (``@endpoint.handler``) or with options
+        (``@endpoint.handler(immediate_retries=1)``: retry counts when this handler fails).
         """
 
         def decorate(fn: H) -> H:
-            self.register(fn, message_type)
+            self.register(fn, message_type, immediate_retries=immediate_retries,
+                          delayed_retries=delayed_retries)
             return fn
 
         return decorate(function) if function is not None else decorate
 
-    def register(self, handler: Handler, message_type: type[msgspec.Struct] | None = None) -> None:
+    def register(
+        self,
+        handler: Handler,
+        message_type: type[msgspec.Struct] | None = None,
+        *,
+        immediate_retries: int | None = None,
+        delayed_retries: int | None = None,
+    ) -> None:
         """Add ``handler`` (same as the decorator)."""
         if self.send_only:
             raise ConfigurationError(f"send-only endpoint {self.name!r} cannot have handlers")
-        self.registry.register(handler, message_type)
+        limits = None
+        if immediate_retries is not None or delayed_retries is not None:
+            retries = (immediate_retries or 0) + (delayed_retries or 0)
+            if self.settings.mode is TransactionMode.NONE and retries:
+                raise ConfigurationError("retries cannot be used with TransactionMode.NONE")
+            limits = RetryLimits(immediate_retries=immediate_retries,
+                                 delayed_retries=delayed_retries)
+        self.registry.register(handler, message_type, limits)
 
     # -- what receivers build from it -------------------------------------------------------
 
@@ -115,7 +159,14 @@ class Endpoint(Sender):
             registry=self.registry,
             local_address=self.address,
             error_address=QueueAddress.parse(settings.error_queue, settings.transport.schema),
-            policy=RecoverabilityPolicy(settings.retries, self.unrecoverable_exceptions),
+            policy=RecoverabilityPolicy(
+                immediate_retries=settings.retries,
+                delayed_retries=settings.delayed_retry_count,
+                delayed_retry_delay=settings.delayed_retry_delay,
+                give_up_after=settings.delayed_retries_give_up_after,
+                unrecoverable=self.unrecoverable_exceptions,
+            ),
+            delayed_store=self.delayed_store if settings.delayed_delivery.enabled else None,
         )
 
     @staticmethod

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.recoverability import RetryLimits
 from endpoint_runtime.serialization import MessageTypes
 
 if typing.TYPE_CHECKING:
@@ -27,10 +28,19 @@ class HandlerRegistry:
 
     def __init__(self) -> None:
         self._handlers: dict[type[msgspec.Struct], list[Handler]] = {}
+        self._limits: dict[Handler, RetryLimits] = {}
         self.message_types = MessageTypes()
 
-    def register(self, handler: Handler, message_type: type[msgspec.Struct] | None = None) -> None:
-        """Add ``handler`` for ``message_type`` (default: its first parameter's annotation)."""
+    def register(
+        self,
+        handler: Handler,
+        message_type: type[msgspec.Struct] | None = None,
+        limits: RetryLimits | None = None,
+    ) -> None:
+        """Add ``handler`` for ``message_type`` (default: its first parameter's annotation).
+
+        ``limits`` overrides the endpoint's retry counts when this handler fails.
+        """
         if not inspect.iscoroutinefunction(handler):
             raise ConfigurationError(
                 f"handler {_name(handler)} must be an async function (async def)"
@@ -44,6 +54,15 @@ class HandlerRegistry:
                 f"handler {_name(handler)} is already registered for {message_type.__name__}"
             )
         registered.append(handler)
+        if limits is not None:
+            for name in ("immediate_retries", "delayed_retries"):
+                value = getattr(limits, name)
+                if value is not None and value < 0:
+                    raise ConfigurationError(f"{name} of {_name(handler)} cannot be negative")
+            self._limits[handler] = limits
+
+    def limits_for(self, handler: Handler) -> RetryLimits:
+        return self._limits.get(handler, RetryLimits())
 
     def handlers_for(self, message_type: type[msgspec.Struct]) -> list[Handler]:
         return self._handlers.get(message_type, [])

@@ -1,31 +1,45 @@
 """The receive pipeline of one message, without Ray and without SQL text.
 
 decode (msgspec) -> handlers in registration order -> outcome, with per-message log context,
-processing start/end times, and the error-queue moves of recoverability. Transaction
-strategies (``endpoint_runtime.transactions``) decide which connection and transaction each
-step runs in.
+processing start/end times, and the recoverability moves (delayed retry, error queue, discard).
+Transaction strategies (``endpoint_runtime.transactions``) decide which connection and
+transaction each step runs in.
 """
 
 from __future__ import annotations
 
 import time
-from datetime import datetime
+import uuid
+from datetime import datetime, timedelta
 
 import asyncpg
 import structlog
 
 from endpoint_runtime.context import HandlerContext
+from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.errors import UnknownMessageTypeError
 from endpoint_runtime.handlers import HandlerRegistry
-from endpoint_runtime.messages import Headers, PoisonMessage, TransportMessage, utc_now
+from endpoint_runtime.messages import (
+    Headers,
+    PoisonMessage,
+    TransportMessage,
+    encode_headers,
+    to_wire_time,
+    utc_now,
+)
 from endpoint_runtime.recoverability import (
+    Action,
+    Decision,
     FailedMessages,
     Failure,
     RecoverabilityPolicy,
+    RetryLimits,
+    delayed_retry_headers,
     error_copy,
 )
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.sending import Executor
 
 log = structlog.get_logger("endpoint_runtime.pipeline")
 
@@ -37,6 +51,9 @@ class ProcessingStats:
         self.processed = 0
         self.failed = 0
         self.moved_to_error = 0
+        self.delayed_retries = 0
+        self.discarded = 0
+        self.consecutive_failures = 0
         self.processing_seconds = 0.0
         self.last_started: datetime | None = None
         self.last_ended: datetime | None = None
@@ -53,14 +70,17 @@ class Pipeline:
         local_address: QueueAddress,
         error_address: QueueAddress,
         policy: RecoverabilityPolicy,
+        delayed_store: DelayedMessageStore | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.registry = registry
         self.local_address = local_address
         self.error_address = error_address
         self.policy = policy
+        self.delayed_store = delayed_store
         self.failures = FailedMessages()
         self.stats = ProcessingStats()
+        self._failed_handler_limits: dict[uuid.UUID, RetryLimits] = {}
 
     def bind_log_context(self, message: TransportMessage | PoisonMessage) -> None:
         structlog.contextvars.clear_contextvars()
@@ -83,38 +103,62 @@ class Pipeline:
         if not handlers:
             raise UnknownMessageTypeError(enclosed)
         started = time.perf_counter()
-        self.stats.last_started = utc_now()
+        self.stats.last_started = context.processing_started = utc_now()
         for handler in handlers:
-            await handler(body, context)
-        self.stats.last_ended = utc_now()
+            try:
+                await handler(body, context)
+            except Exception:
+                self._failed_handler_limits[message.native_id] = self.registry.limits_for(handler)
+                raise
+        self.stats.last_ended = context.processing_ended = utc_now()
         self.stats.processing_seconds += time.perf_counter() - started
         self.stats.processed += 1
+        self.stats.consecutive_failures = 0
 
     def record_failure(self, message: TransportMessage, exc: BaseException) -> Failure:
+        limits = self._failed_handler_limits.pop(message.native_id, RetryLimits())
         failure = self.failures.record(
-            message.native_id, exc, unrecoverable=self.policy.is_unrecoverable(exc)
+            message.native_id, exc, unrecoverable=self.policy.is_unrecoverable(exc),
+            limits=limits,
         )
         self.stats.failed += 1
-        will_retry = not self.policy.retries_exhausted(failure)
+        self.stats.consecutive_failures += 1
+        next_step = self.policy.decide(failure, message.headers).action
         log.warning(
             "message_failed",
             error=f"{failure.exception_type}: {failure.message[:500]}",
             attempts=failure.attempts,
-            next_step="immediate_retry" if will_retry else "error_queue",
-            exc_info=exc if not will_retry else None,
+            next_step=next_step.value,
+            exc_info=exc if next_step is Action.ERROR_QUEUE else None,
         )
         return failure
 
-    def exhausted_failure(self, message: TransportMessage) -> Failure | None:
-        """The failure record when this delivery must go to the error queue, else ``None``."""
+    def pending_decision(self, message: TransportMessage) -> Decision | None:
+        """What this delivery must do instead of handling, or ``None`` to handle it."""
         failure = self.failures.get(message.native_id)
-        if failure is not None and self.policy.retries_exhausted(failure):
-            return failure
-        return None
+        if failure is None:
+            return None
+        decision = self.policy.decide(failure, message.headers)
+        return None if decision.action is Action.IMMEDIATE_RETRY else decision
+
+    async def apply_decision(
+        self, executor: Executor, message: TransportMessage, decision: Decision
+    ) -> None:
+        """Carry out a delayed retry, an error-queue move or a discard (the message is
+        consumed by the caller's commit)."""
+        failure = self.failures.get(message.native_id)
+        assert failure is not None, "a decision needs a recorded failure"
+        if decision.action is Action.DISCARD:
+            self.stats.discarded += 1
+            log.warning("message_discarded", reason=failure.discard_reason)
+        elif decision.action is Action.DELAYED_RETRY and self.delayed_store is not None:
+            await self._store_delayed_retry(executor, message, decision.delay)
+        else:
+            await self.move_to_error_queue(executor, message, failure)
+        self.failures.forget(message.native_id)
 
     async def move_to_error_queue(
-        self, executor: asyncpg.Connection | asyncpg.Pool, message: TransportMessage,
-        failure: Failure,
+        self, executor: Executor, message: TransportMessage, failure: Failure
     ) -> None:
         copy = error_copy(message, failure, str(self.local_address), self.endpoint)
         await sending.send(executor, self.error_address, copy)
@@ -123,9 +167,27 @@ class Pipeline:
         log.error("moved_to_error_queue", error_queue=str(self.error_address),
                   reason=failure.exception_type, attempts=failure.attempts)
 
-    async def move_poison_to_error_queue(
-        self, executor: asyncpg.Connection | asyncpg.Pool, message: PoisonMessage
+    async def _store_delayed_retry(
+        self, executor: Executor, message: TransportMessage, delay: float
     ) -> None:
+        assert self.delayed_store is not None
+        headers = delayed_retry_headers(message)
+        due = utc_now() + timedelta(seconds=delay)
+        headers[Headers.DELIVER_AT] = to_wire_time(due)
+        delayed = DelayedMessage(
+            id=message.native_id, destination=str(self.local_address), due=due,
+            headers=encode_headers(headers), body=message.body,
+        )
+        if isinstance(executor, asyncpg.Pool):
+            async with executor.acquire() as connection:
+                await self.delayed_store.store(connection, delayed)
+        else:
+            await self.delayed_store.store(executor, delayed)
+        self.stats.delayed_retries += 1
+        log.warning("delayed_retry_scheduled", delay_s=round(delay, 3),
+                    retry=headers["NServiceBus.Retries"])
+
+    async def move_poison_to_error_queue(self, executor: Executor, message: PoisonMessage) -> None:
         """Headers that do not parse: the raw row goes to the error queue as it is."""
         await sending.send_raw(
             executor, self.error_address, message.native_id, message.raw_headers, message.body
@@ -133,4 +195,3 @@ class Pipeline:
         self.stats.moved_to_error += 1
         log.error("probable message metadata corruption", native_id=str(message.native_id),
                   reason=message.reason, error_queue=str(self.error_address))
-

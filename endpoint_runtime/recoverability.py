@@ -1,24 +1,41 @@
-"""Recoverability: immediate retries, then the error queue.
+"""Recoverability: immediate retries, delayed retries, then the error queue.
 
-A failed attempt rolls back, so the row is visible again; the failure count lives in memory per
-receiver, keyed by the row id (an LRU of 10,000 entries, as in the original), and the next
-delivery consults it first: when retries are used up the message goes to the error queue with
-the error headers below, inside that delivery's transaction, without running handlers.
-Unrecoverable failures (a body that does not decode, a type with no handler, or exception
-types listed by the user) go to the error queue at their next delivery, without retries.
+A failed attempt rolls back, so the row is visible again. The failure count lives in memory
+per receiver, keyed by the row id (an LRU of 10,000 entries, as in the original), and the next
+delivery consults it first (:meth:`RecoverabilityPolicy.decide`):
+
+- attempts left -> handle again (immediate retry);
+- immediate retries used up -> a delayed retry: the message is stored in the endpoint's
+  delayed-message store for its own queue, due after ``delay x n`` for the n-th delayed retry,
+  with headers ``NServiceBus.Retries`` and ``NServiceBus.Retries.Timestamp`` (a re-delivered
+  message starts a new immediate-retry count);
+- delayed retries used up, or the first one more than ``give_up_after`` ago -> error queue,
+  with the error headers below.
+
+Unrecoverable failures (a body that does not decode, a type with no handler, exception types
+the user lists) go to the error queue at their next delivery. A handler can also raise
+:class:`RetryLater` (a delayed retry now) or :class:`DiscardMessage` (drop it, with a reason).
 """
 
 from __future__ import annotations
 
 import collections
+import enum
 import traceback
 import uuid
+from datetime import datetime, timedelta
 
 import msgspec
 
 from endpoint_runtime.errors import MessageDecodeError, UnknownMessageTypeError
-from endpoint_runtime.messages import Headers, OutgoingMessage, TransportMessage, to_wire_time
-from endpoint_runtime.messages import utc_now as _utc_now
+from endpoint_runtime.messages import (
+    Headers,
+    OutgoingMessage,
+    TransportMessage,
+    from_wire_time,
+    to_wire_time,
+    utc_now,
+)
 from endpoint_runtime.outgoing import MACHINE
 
 FAILURE_CACHE_SIZE = 10_000
@@ -34,6 +51,48 @@ class ErrorHeaders:
     SOURCE = "NServiceBus.ExceptionInfo.Source"
     STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
     TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
+    ALL = (FAILED_QUEUE, EXCEPTION_TYPE, INNER_EXCEPTION_TYPE, HELP_LINK, MESSAGE, SOURCE,
+           STACK_TRACE, TIME_OF_FAILURE)
+
+
+class RetryHeaders:
+    RETRIES = "NServiceBus.Retries"
+    TIMESTAMP = "NServiceBus.Retries.Timestamp"
+
+
+class RetryLater(Exception):
+    """Raise from a handler to roll back and deliver the message again after ``delay``."""
+
+    def __init__(self, delay: timedelta = timedelta(seconds=10)) -> None:
+        super().__init__(f"handler asked for a delayed retry in {delay}")
+        self.delay = delay
+
+
+class DiscardMessage(Exception):
+    """Raise from a handler to roll back its work and drop the message, logging ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Action(enum.StrEnum):
+    IMMEDIATE_RETRY = "immediate_retry"
+    DELAYED_RETRY = "delayed_retry"
+    ERROR_QUEUE = "error_queue"
+    DISCARD = "discard"
+
+
+class Decision(msgspec.Struct, frozen=True):
+    action: Action
+    delay: float = 0.0
+
+
+class RetryLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Per-handler overrides of the endpoint's retry counts (``None``: the endpoint's)."""
+
+    immediate_retries: int | None = None
+    delayed_retries: int | None = None
 
 
 class Failure(msgspec.Struct, kw_only=True):
@@ -46,6 +105,9 @@ class Failure(msgspec.Struct, kw_only=True):
     source: str
     stack_trace: str
     unrecoverable: bool
+    limits: RetryLimits = RetryLimits()
+    requested_delay: float | None = None
+    discard_reason: str | None = None
 
 
 DEFAULT_UNRECOVERABLE: tuple[type[BaseException], ...] = (
@@ -61,7 +123,7 @@ def _type_name(exc: BaseException | None) -> str:
 
 
 class FailedMessages:
-    """Failure counts per row id, least recently used dropped beyond ``capacity``."""
+    """Failure records per row id, least recently used dropped beyond ``capacity``."""
 
     def __init__(self, capacity: int = FAILURE_CACHE_SIZE) -> None:
         self._capacity = capacity
@@ -73,7 +135,10 @@ class FailedMessages:
             self._failures.move_to_end(native_id)
         return failure
 
-    def record(self, native_id: uuid.UUID, exc: BaseException, unrecoverable: bool) -> Failure:
+    def record(
+        self, native_id: uuid.UUID, exc: BaseException, *, unrecoverable: bool,
+        limits: RetryLimits | None = None,
+    ) -> Failure:
         previous = self._failures.pop(native_id, None)
         tb = exc.__traceback__
         frames = traceback.extract_tb(tb) if tb else []
@@ -83,8 +148,11 @@ class FailedMessages:
             inner_exception_type=_type_name(exc.__cause__ or exc.__context__),
             message=str(exc)[:MAX_EXCEPTION_MESSAGE],
             source=frames[-1].name if frames else "",
-            stack_trace="".join(traceback.format_exception(exc)),
+            stack_trace="".join(traceback.format_exception(exc))[:MAX_EXCEPTION_MESSAGE * 4],
             unrecoverable=unrecoverable,
+            limits=limits or RetryLimits(),
+            requested_delay=exc.delay.total_seconds() if isinstance(exc, RetryLater) else None,
+            discard_reason=exc.reason if isinstance(exc, DiscardMessage) else None,
         )
         self._failures[native_id] = failure
         if len(self._failures) > self._capacity:
@@ -99,21 +167,71 @@ class FailedMessages:
 
 
 class RecoverabilityPolicy:
-    """Decides, from a message's failures, whether it goes to the error queue now."""
+    """Decides what a message's next delivery does, from its failures and headers."""
 
     def __init__(
         self,
+        *,
         immediate_retries: int,
+        delayed_retries: int = 0,
+        delayed_retry_delay: float = 10.0,
+        give_up_after: float = 86_400.0,
         unrecoverable: tuple[type[BaseException], ...] = (),
     ) -> None:
         self.immediate_retries = immediate_retries
+        self.delayed_retries = delayed_retries
+        self.delayed_retry_delay = delayed_retry_delay
+        self.give_up_after = give_up_after
         self.unrecoverable = DEFAULT_UNRECOVERABLE + tuple(unrecoverable)
 
     def is_unrecoverable(self, exc: BaseException) -> bool:
         return isinstance(exc, self.unrecoverable)
 
-    def retries_exhausted(self, failure: Failure) -> bool:
-        return failure.unrecoverable or failure.attempts > self.immediate_retries
+    def decide(
+        self, failure: Failure, headers: dict[str, str], now: datetime | None = None
+    ) -> Decision:
+        if failure.discard_reason is not None:
+            return Decision(Action.DISCARD)
+        if failure.requested_delay is not None:
+            return Decision(Action.DELAYED_RETRY, failure.requested_delay)
+        if failure.unrecoverable:
+            return Decision(Action.ERROR_QUEUE)
+        immediate = _pick(failure.limits.immediate_retries, self.immediate_retries)
+        if failure.attempts <= immediate:
+            return Decision(Action.IMMEDIATE_RETRY)
+        delayed = _pick(failure.limits.delayed_retries, self.delayed_retries)
+        done = delayed_retries_done(headers)
+        if done < delayed and not self._too_old(headers, now or utc_now()):
+            return Decision(Action.DELAYED_RETRY, self.delayed_retry_delay * (done + 1))
+        return Decision(Action.ERROR_QUEUE)
+
+    def _too_old(self, headers: dict[str, str], now: datetime) -> bool:
+        first = headers.get(RetryHeaders.TIMESTAMP)
+        if not first:
+            return False
+        try:
+            return (now - from_wire_time(first)).total_seconds() > self.give_up_after
+        except ValueError:
+            return False
+
+
+def _pick(override: int | None, default: int) -> int:
+    return default if override is None else override
+
+
+def delayed_retries_done(headers: dict[str, str]) -> int:
+    try:
+        return int(headers.get(RetryHeaders.RETRIES, "0"))
+    except ValueError:
+        return 0
+
+
+def delayed_retry_headers(message: TransportMessage) -> dict[str, str]:
+    """Headers of the copy stored for the next delayed retry."""
+    headers = dict(message.headers)
+    headers[RetryHeaders.RETRIES] = str(delayed_retries_done(message.headers) + 1)
+    headers.setdefault(RetryHeaders.TIMESTAMP, to_wire_time(utc_now()))
+    return headers
 
 
 def error_copy(
@@ -130,7 +248,7 @@ def error_copy(
         ErrorHeaders.MESSAGE: failure.message,
         ErrorHeaders.SOURCE: failure.source,
         ErrorHeaders.STACK_TRACE: failure.stack_trace,
-        ErrorHeaders.TIME_OF_FAILURE: to_wire_time(_utc_now()),
+        ErrorHeaders.TIME_OF_FAILURE: to_wire_time(utc_now()),
         Headers.PROCESSING_MACHINE: MACHINE,
         Headers.PROCESSING_ENDPOINT: endpoint,
     })

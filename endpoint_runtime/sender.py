@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 
-from endpoint_runtime.context import parse_address
+from endpoint_runtime.context import due_time, parse_address
+from endpoint_runtime.delayed.store import DelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.messages import Headers, to_wire_time
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.settings import TransportSettings
+from endpoint_runtime.transactions.base import as_delayed
 from endpoint_runtime.transport import PostgresTransport
 from endpoint_runtime.transport.addresses import QueueAddress
 
@@ -36,8 +39,10 @@ class Sender:
         settings: TransportSettings | None = None,
         *,
         local_address: QueueAddress | None = None,
+        delayed_store: DelayedMessageStore | None = None,
     ) -> None:
         self.name = name
+        self._delayed_store = delayed_store
         self._transport_settings = settings or TransportSettings()
         self._local_address = local_address
         self._transport: PostgresTransport | None = None
@@ -58,18 +63,34 @@ class Sender:
         headers: Mapping[str, str] | None = None,
         time_to_be_received: timedelta | None = None,
         message_id: str | None = None,
+        delay: timedelta | None = None,
+        deliver_at: datetime | None = None,
     ) -> str:
-        """Send ``message`` to the queue ``destination``; returns its message id."""
+        """Send ``message`` to the queue ``destination``; returns its message id.
+
+        ``delay`` / ``deliver_at`` defer it through the endpoint's delayed-message store (the
+        endpoint's deployment dispatches it when due); a plain or send-only sender cannot.
+        """
+        due = due_time(delay, deliver_at, time_to_be_received, self._delayed_store is not None)
         transport = await self.transport()
+        extra = dict(headers or {})
+        if due is not None:
+            extra[Headers.DELIVER_AT] = to_wire_time(due)
         outgoing = create_outgoing(
             message,
             originating_endpoint=self.name,
             reply_to=str(self._local_address) if self._local_address else None,
             message_id=message_id,
-            headers=headers,
+            headers=extra,
             time_to_be_received=time_to_be_received,
         )
-        await transport.send(parse_address(destination, self._transport_settings.schema), outgoing)
+        address = parse_address(destination, self._transport_settings.schema)
+        if due is None:
+            await transport.send(address, outgoing)
+        else:
+            assert self._delayed_store is not None
+            async with transport.pool.acquire() as connection:
+                await self._delayed_store.store(connection, as_delayed(address, outgoing, due))
         return outgoing.message_id
 
     async def send_local(self, message: msgspec.Struct, **options: Any) -> str:

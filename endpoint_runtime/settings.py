@@ -126,6 +126,37 @@ def load_settings(
         raise ConfigurationError(f"invalid {settings_type.__name__}: {exc}") from exc
 
 
+class DelayedDeliverySettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Delayed delivery through the endpoint's delayed-message store (seed 004 names).
+
+    Attributes:
+        enabled: run the mover in each deployment of the endpoint.
+        batch_size: due messages dispatched per transaction.
+        number_of_retries: failed dispatches of one message before the error queue.
+        maximum_recovery_failures_per_second: rate limit on counting dispatch failures.
+        time_to_trigger_*_circuit_breaker: seconds without success before the critical error.
+        initial_backoff, max_backoff: polling back-off when the store is empty (seconds).
+    """
+
+    enabled: bool = True
+    batch_size: int = 100
+    number_of_retries: int = 0
+    maximum_recovery_failures_per_second: float = 1.0
+    time_to_trigger_store_circuit_breaker: float = 30.0
+    time_to_trigger_fetch_circuit_breaker: float = 30.0
+    time_to_trigger_dispatch_circuit_breaker: float = 30.0
+    initial_backoff: float = 0.5
+    max_backoff: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ConfigurationError("delayed delivery batch_size must be at least 1")
+        if self.number_of_retries < 0:
+            raise ConfigurationError("number_of_retries cannot be negative")
+        if not 0 < self.initial_backoff <= self.max_backoff:
+            raise ConfigurationError("need 0 < initial_backoff <= max_backoff")
+
+
 def _default_concurrency() -> int:
     return max(2, os.cpu_count() or 1)
 
@@ -141,8 +172,20 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
         min_receivers: receivers kept while the queue is idle (0 = wake on demand).
         batch_size: 1 receives one message per transaction; N > 1 enables batched atomic
             receive (atomic mode only): up to N messages per transaction, one commit.
-        immediate_retries: attempts after the first before the error queue (default 5;
+        immediate_retries: attempts after the first before delayed retries (default 5;
             0 and not settable with ``TransactionMode.NONE``).
+        delayed_retries: re-deliveries after a delay once immediate retries are used up
+            (default 3; 0 with ``TransactionMode.NONE``).
+        delayed_retry_delay: seconds; the n-th delayed retry waits ``delay * n``.
+        delayed_retries_give_up_after: seconds since the first delayed retry after which the
+            message goes to the error queue whatever the count (default one day).
+        circuit_breaker_time_to_trigger: seconds without a successful receive (or
+            processing) before the critical error.
+        circuit_breaker_armed_delay, circuit_breaker_triggered_delay: waits after a failure.
+        throttle_after_failures: consecutive processing failures that drop the endpoint to
+            one message at a time (0 disables throttling).
+        throttle_delay: seconds each further failure waits while throttled.
+        on_critical_error: "stop" (log and stop the deployment) or "log".
         error_queue: where failed and poison messages go.
         stop_timeout: seconds a graceful stop waits for in-flight handlers before cancelling.
         scale_down_after: seconds of empty peeks before surplus receivers are retired.
@@ -155,7 +198,19 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
     min_receivers: int = 1
     batch_size: int = 1
     immediate_retries: int | None = None
+    delayed_retries: int | None = None
+    delayed_retry_delay: float = 10.0
+    delayed_retries_give_up_after: float = 86_400.0
     error_queue: str = "error"
+    circuit_breaker_time_to_trigger: float = 30.0
+    circuit_breaker_armed_delay: float = 1.0
+    circuit_breaker_triggered_delay: float = 10.0
+    throttle_after_failures: int = 0
+    throttle_delay: float = 1.0
+    on_critical_error: str = "stop"
+    delayed_delivery: DelayedDeliverySettings = msgspec.field(
+        default_factory=DelayedDeliverySettings
+    )
     stop_timeout: float = 30.0
     scale_down_after: float = 10.0
     receiver_num_cpus: float = 0.0
@@ -181,14 +236,21 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigurationError(
                 "batched receive (batch_size > 1) needs TransactionMode.SENDS_ATOMIC_WITH_RECEIVE"
             )
-        if self.immediate_retries is not None:
-            if self.immediate_retries < 0:
-                raise ConfigurationError("immediate_retries cannot be negative")
-            if mode is TransactionMode.NONE and self.immediate_retries > 0:
+        for name in ("immediate_retries", "delayed_retries"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if value < 0:
+                raise ConfigurationError(f"{name} cannot be negative")
+            if mode is TransactionMode.NONE and value > 0:
                 raise ConfigurationError(
-                    "retries cannot be used with TransactionMode.NONE: the message is already "
+                    f"{name} cannot be used with TransactionMode.NONE: the message is already "
                     "gone from the queue when the handler runs"
                 )
+        if self.on_critical_error not in ("stop", "log"):
+            raise ConfigurationError("on_critical_error must be 'stop' or 'log'")
+        if self.throttle_after_failures < 0:
+            raise ConfigurationError("throttle_after_failures cannot be negative")
         if self.stop_timeout < 0 or self.scale_down_after < 0:
             raise ConfigurationError("stop_timeout and scale_down_after cannot be negative")
 
@@ -202,6 +264,13 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
         if self.immediate_retries is not None:
             return self.immediate_retries
         return 0 if self.mode is TransactionMode.NONE else 5
+
+    @property
+    def delayed_retry_count(self) -> int:
+        """Delayed retries in force (the default depends on the mode)."""
+        if self.delayed_retries is not None:
+            return self.delayed_retries
+        return 0 if self.mode is TransactionMode.NONE else 3
 
     @property
     def max_receivers(self) -> int:

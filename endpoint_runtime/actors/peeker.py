@@ -22,6 +22,8 @@ import structlog
 
 from endpoint_runtime.actors import scaling
 from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
+from endpoint_runtime.delayed.mover import DelayedMessageMover
+from endpoint_runtime.endpoint import load_endpoint
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transport import QueueAddress, connect_pool, receiving
@@ -49,6 +51,9 @@ class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
     max_concurrency: int
     receivers: list[ReceiverStatus]
     replaced_receivers: int
+    delayed_dispatched: int = 0
+    delayed_to_error: int = 0
+    critical_error: str | None = None
 
     @property
     def in_flight(self) -> int:
@@ -84,9 +89,29 @@ class Peeker:
         self._loop_task: asyncio.Task[None] | None = None
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
+        self._mover: DelayedMessageMover | None = None
+        self._mover_task: asyncio.Task[None] | None = None
+        self.critical_error: str | None = None
+        self._halted = False
+
+    def on_critical_error(self, message: str, exc: BaseException) -> None:
+        """Default critical-error action: log it and, unless configured to only log, stop
+        receiving (receivers drain; the deployment reports the error in its status)."""
+        self.critical_error = message
+        log.critical("critical_error", error=message)
+        if self.settings.on_critical_error == "stop" and not self._stopping:
+            asyncio.get_running_loop().create_task(self._stop_receiving())
+
+    async def _stop_receiving(self) -> None:
+        async with self._lock:
+            self.settings = msgspec.structs.replace(self.settings, min_receivers=0)
+            while self._receivers:
+                await self._retire(self._receivers.pop())
+            self._halted = True
 
     async def start(self) -> None:
-        self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=2)
+        self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=3)
+        await self._start_mover()
         if self.settings.transport.notify_on_send:
             self._listener = await asyncpg.connect(self.config.dsn or None)
             await self._listener.add_listener(
@@ -113,8 +138,30 @@ class Peeker:
             if elapsed < MIN_CYCLE_SECONDS:
                 await asyncio.sleep(MIN_CYCLE_SECONDS - elapsed)
 
+    async def _start_mover(self) -> None:
+        endpoint = load_endpoint(self.config.endpoint_path)
+        store = endpoint.delayed_store
+        if store is None or not self.settings.delayed_delivery.enabled:
+            return
+        assert self._pool is not None
+        self._mover = DelayedMessageMover(
+            store=store,
+            pool=self._pool,
+            dsn=self.config.dsn,
+            endpoint=self.config.endpoint_name,
+            schema=self.config.address.schema,
+            error_address=QueueAddress.parse(
+                self.settings.error_queue, self.config.address.schema
+            ),
+            settings=self.settings.delayed_delivery,
+            on_critical_error=self.on_critical_error,
+        )
+        self._mover_task = asyncio.get_running_loop().create_task(self._mover.run())
+
     async def _reconcile(self) -> None:
         assert self._pool is not None
+        if self._halted:
+            return
         cap = self.settings.transport.max_records_to_peek
         self._estimate = await receiving.peek(self._pool, self.config.address, cap)
         await self._refresh_statuses()
@@ -228,12 +275,18 @@ class Peeker:
             await self._reconcile()
 
     async def status(self) -> DeploymentStatus:
+        return self._status([h.last for h in self._receivers if h.last is not None])
+
+    def _status(self, receivers: list[ReceiverStatus]) -> DeploymentStatus:
         return DeploymentStatus(
             endpoint=self.config.endpoint_name,
             estimate=self._estimate,
             max_concurrency=self.settings.max_concurrency,
-            receivers=[h.last for h in self._receivers if h.last is not None],
+            receivers=receivers,
             replaced_receivers=self._replaced,
+            delayed_dispatched=self._mover.dispatched if self._mover else 0,
+            delayed_to_error=self._mover.moved_to_error if self._mover else 0,
+            critical_error=self.critical_error,
         )
 
     async def receiver_pids(self) -> list[int]:
@@ -244,6 +297,11 @@ class Peeker:
         """Graceful stop: receivers stop receiving, finish in-flight work, then exit."""
         self._stopping = True
         self._wake.set()
+        if self._mover is not None and self._mover_task is not None:
+            await self._mover.stop()
+            self._mover_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._mover_task
         async with self._lock:
             if self._loop_task is not None:
                 self._loop_task.cancel()
@@ -263,13 +321,7 @@ class Peeker:
         if self._pool is not None:
             await self._pool.close()
         log.info("peeker_stopped")
-        return DeploymentStatus(
-            endpoint=self.config.endpoint_name,
-            estimate=self._estimate,
-            max_concurrency=self.settings.max_concurrency,
-            receivers=[s for s in final if isinstance(s, ReceiverStatus)],
-            replaced_receivers=self._replaced,
-        )
+        return self._status([s for s in final if isinstance(s, ReceiverStatus)])
 
 
 async def _ref(object_ref: Any) -> Any:

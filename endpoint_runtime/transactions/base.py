@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
+from datetime import datetime
 from typing import Protocol
 
 import asyncpg
 import msgspec
 
-from endpoint_runtime.messages import OutgoingMessage
+from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
+from endpoint_runtime.messages import OutgoingMessage, encode_headers
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 
@@ -34,33 +37,62 @@ class ReceiveStrategy(Protocol):
     async def receive_round(self, connection: asyncpg.Connection) -> Round: ...
 
 
-class ImmediateDispatcher:
-    """Each outgoing message is inserted at once, in its own transaction on the pool."""
+def as_delayed(address: QueueAddress, message: OutgoingMessage, due: datetime) -> DelayedMessage:
+    try:
+        native_id = uuid.UUID(message.message_id)
+    except ValueError:
+        native_id = uuid.uuid4()
+    return DelayedMessage(
+        id=native_id, destination=str(address), due=due,
+        headers=encode_headers(message.headers), body=message.body,
+    )
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+
+class ImmediateDispatcher:
+    """Each outgoing message is written at once, in its own transaction on the pool."""
+
+    def __init__(self, pool: asyncpg.Pool, store: DelayedMessageStore | None) -> None:
         self._pool = pool
+        self._store = store
+        self.can_defer = store is not None
 
     async def dispatch(
-        self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool
+        self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool,
+        due: datetime | None = None,
     ) -> None:
-        await sending.send(self._pool, address, message)
+        if due is None:
+            await sending.send(self._pool, address, message)
+            return
+        assert self._store is not None
+        async with self._pool.acquire() as connection:
+            await self._store.store(connection, as_delayed(address, message, due))
 
 
 class BufferedDispatcher:
     """Outgoing messages wait in memory and are written by :meth:`flush`, in the receive
     transaction, one round trip per destination queue. ``immediate=True`` bypasses it."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
-        self._pool = pool
+    def __init__(self, pool: asyncpg.Pool, store: DelayedMessageStore | None) -> None:
+        self._immediate = ImmediateDispatcher(pool, store)
+        self._store = store
+        self.can_defer = store is not None
         self.pending: list[tuple[QueueAddress, OutgoingMessage]] = []
+        self.pending_delayed: list[DelayedMessage] = []
 
     async def dispatch(
-        self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool
+        self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool,
+        due: datetime | None = None,
     ) -> None:
         if immediate:
-            await sending.send(self._pool, address, message)
+            await self._immediate.dispatch(address, message, immediate=True, due=due)
+        elif due is not None:
+            self.pending_delayed.append(as_delayed(address, message, due))
         else:
             self.pending.append((address, message))
+
+    def take_from(self, other: BufferedDispatcher) -> None:
+        self.pending.extend(other.pending)
+        self.pending_delayed.extend(other.pending_delayed)
 
     async def flush(self, connection: asyncpg.Connection) -> None:
         by_queue: dict[QueueAddress, list[OutgoingMessage]] = defaultdict(list)
@@ -68,4 +100,9 @@ class BufferedDispatcher:
             by_queue[address].append(message)
         for address, messages in by_queue.items():
             await sending.send_many(connection, address, messages)
+        if self.pending_delayed:
+            assert self._store is not None
+            for delayed in self.pending_delayed:
+                await self._store.store(connection, delayed)
         self.pending.clear()
+        self.pending_delayed.clear()

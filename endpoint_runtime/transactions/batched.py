@@ -54,7 +54,7 @@ class BatchedAtomicStrategy:
         batch = await receiving.receive_batch(connection, pipeline.local_address, self._batch_size)
         if not batch:
             return EMPTY, []
-        outgoing = BufferedDispatcher(self._pool)
+        outgoing = BufferedDispatcher(self._pool, pipeline.delayed_store)
         retry: list[TransportMessage] = []
         handled: list[TransportMessage] = []
         failed = 0
@@ -64,9 +64,9 @@ class BatchedAtomicStrategy:
                 await pipeline.move_poison_to_error_queue(connection, received)
                 failed += 1
                 continue
-            failure = pipeline.exhausted_failure(received)
-            if failure is not None:
-                await pipeline.move_to_error_queue(connection, received, failure)
+            decision = pipeline.pending_decision(received)
+            if decision is not None:
+                await pipeline.apply_decision(connection, received, decision)
                 failed += 1
                 continue
             if await self._handle_one(connection, received, outgoing):
@@ -91,7 +91,7 @@ class BatchedAtomicStrategy:
                 savepoint = connection.transaction()
                 await savepoint.start()
 
-        own = BufferedDispatcher(self._pool)
+        own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
         context = HandlerContext(
             message=message, endpoint=self._pipeline.endpoint,
             local_address=self._pipeline.local_address, dispatcher=own,
@@ -106,5 +106,5 @@ class BatchedAtomicStrategy:
             return False
         if savepoint is not None:
             await savepoint.commit()  # RELEASE SAVEPOINT
-        outgoing.pending.extend(own.pending)
+        outgoing.take_from(own)
         return True

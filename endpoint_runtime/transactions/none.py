@@ -20,7 +20,7 @@ class NoTransactionStrategy:
     def __init__(self, pipeline: Pipeline, pool: asyncpg.Pool) -> None:
         self._pipeline = pipeline
         self._pool = pool
-        self._dispatcher = ImmediateDispatcher(pool)
+        self._dispatcher = ImmediateDispatcher(pool, pipeline.delayed_store)
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         pipeline = self._pipeline
@@ -40,7 +40,9 @@ class NoTransactionStrategy:
         try:
             await pipeline.handle(received, context)
         except Exception as exc:
-            failure = pipeline.record_failure(received, exc)
-            await pipeline.move_to_error_queue(connection, received, failure)
+            pipeline.record_failure(received, exc)
+            decision = pipeline.pending_decision(received)
+            if decision is not None:  # always, as NONE allows no immediate retry
+                await pipeline.apply_decision(connection, received, decision)
             return Round(taken=1, failed=1)
         return Round(taken=1, handled=1)

@@ -26,7 +26,7 @@ class SingleMessageStrategy:
         self._pipeline = pipeline
         self._pool = pool
         self._sends_atomic = sends_atomic
-        self._immediate = ImmediateDispatcher(pool)
+        self._immediate = ImmediateDispatcher(pool, pipeline.delayed_store)
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         pipeline = self._pipeline
@@ -43,13 +43,15 @@ class SingleMessageStrategy:
                 await pipeline.move_poison_to_error_queue(connection, received)
                 await transaction.commit()
                 return Round(taken=1, failed=1)
-            failure = pipeline.exhausted_failure(received)
-            if failure is not None:
-                await pipeline.move_to_error_queue(connection, received, failure)
+            decision = pipeline.pending_decision(received)
+            if decision is not None:
+                await pipeline.apply_decision(connection, received, decision)
                 await transaction.commit()
                 return Round(taken=1, failed=1)
             dispatcher = (
-                BufferedDispatcher(self._pool) if self._sends_atomic else self._immediate
+                BufferedDispatcher(self._pool, pipeline.delayed_store)
+                if self._sends_atomic
+                else self._immediate
             )
             context = HandlerContext(
                 message=received, endpoint=pipeline.endpoint,

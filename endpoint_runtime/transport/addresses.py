@@ -15,8 +15,11 @@ from endpoint_runtime.errors import InvalidQueueNameError
 
 MAX_IDENTIFIER_BYTES = 63
 # Names this runtime derives from a queue table's name; the longest must still fit in 63 bytes.
-TABLE_NAME_SUFFIXES = ("_seq_seq", "_pkey", "_seq_idx", "_expires_idx", "_notify", ".delayed")
+TABLE_NAME_SUFFIXES = ("_seq_seq", "_pkey", "_seq_idx", "_expires_idx", "_notify")
 MAX_QUEUE_NAME_BYTES = MAX_IDENTIFIER_BYTES - max(len(s) for s in TABLE_NAME_SUFFIXES)
+# An endpoint's delayed-message table and its index: "<endpoint>.delayed_due_idx".
+ENDPOINT_NAME_SUFFIXES = (".delayed_due_idx", ".delayed_notify")
+MAX_ENDPOINT_NAME_BYTES = MAX_IDENTIFIER_BYTES - max(len(s) for s in ENDPOINT_NAME_SUFFIXES)
 
 
 def quote_identifier(name: str) -> str:
@@ -38,15 +41,24 @@ class QueueAddress(msgspec.Struct, frozen=True):
                 raise InvalidQueueNameError(f"queue {part} name is empty")
             if "\x00" in value:
                 raise InvalidQueueNameError(f"queue {part} name contains a NUL character")
+            if len(value.encode()) > MAX_IDENTIFIER_BYTES:
+                raise InvalidQueueNameError(
+                    f"{part} name {value!r} is longer than PostgreSQL's "
+                    f"{MAX_IDENTIFIER_BYTES}-byte identifiers"
+                )
+
+    def check_room_for_suffixes(
+        self, suffixes: tuple[str, ...] = TABLE_NAME_SUFFIXES, what: str = "queue"
+    ) -> None:
+        """Fail clearly when names derived from this table would not fit in 63 bytes."""
+        limit = MAX_IDENTIFIER_BYTES - max(len(s) for s in suffixes)
         size = len(self.table.encode())
-        if size > MAX_QUEUE_NAME_BYTES:
+        if size > limit:
             raise InvalidQueueNameError(
-                f"queue name {self.table!r} is {size} bytes; at most {MAX_QUEUE_NAME_BYTES} "
-                f"fit beside the suffixes {', '.join(TABLE_NAME_SUFFIXES)} in PostgreSQL's "
-                f"{MAX_IDENTIFIER_BYTES}-byte identifiers"
+                f"{what} name {self.table!r} is {size} bytes; at most {limit} fit beside the "
+                f"suffixes {', '.join(suffixes)} in PostgreSQL's {MAX_IDENTIFIER_BYTES}-byte "
+                "identifiers"
             )
-        if len(self.schema.encode()) > MAX_IDENTIFIER_BYTES:
-            raise InvalidQueueNameError(f"schema name {self.schema!r} is too long")
 
     @classmethod
     def parse(cls, address: str, default_schema: str = "public") -> QueueAddress:

@@ -8,6 +8,9 @@ runs under a transaction-level advisory lock, and the duplicate-object errors th
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+
 import asyncpg
 import msgspec
 import structlog
@@ -30,6 +33,14 @@ _DUPLICATE_OBJECT_ERRORS = (
 _CREATE_ATTEMPTS = 5
 
 
+@contextlib.asynccontextmanager
+async def ddl_lock(connection: asyncpg.Connection) -> AsyncIterator[None]:
+    """A transaction holding the runtime's DDL advisory lock (released at commit)."""
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", _DDL_LOCK_KEY)
+        yield
+
+
 class QueueInfo(msgspec.Struct, frozen=True):
     """A queue table and the number of rows in it."""
 
@@ -45,6 +56,7 @@ async def create_queue(
     notify_on_send: bool = True,
 ) -> None:
     """Create the queue table (and its indexes and notify trigger) if it does not exist."""
+    address.check_room_for_suffixes()
     sql = statements.for_queue(address)
     steps = [sql["create_schema"], sql["create_queue"], sql["create_seq_index"],
              sql["create_expires_index"]]
@@ -56,8 +68,7 @@ async def create_queue(
         steps.append(sql["drop_notify_trigger"])
     for attempt in range(1, _CREATE_ATTEMPTS + 1):
         try:
-            async with connection.transaction():
-                await connection.execute("SELECT pg_advisory_xact_lock($1)", _DDL_LOCK_KEY)
+            async with ddl_lock(connection):
                 for step in steps:
                     await connection.execute(step)
             return

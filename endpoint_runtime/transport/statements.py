@@ -8,7 +8,7 @@ from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
 
 
-def _quote_literal(text: str) -> str:
+def quote_literal(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
@@ -22,7 +22,7 @@ def for_queue(address: QueueAddress) -> dict[str, str]:
         "seq_idx": quote_identifier(address.derived_name("_seq_idx")),
         "expires_idx": quote_identifier(address.derived_name("_expires_idx")),
         "notify": quote_identifier(address.derived_name("_notify")),
-        "channel": _quote_literal(address.notify_channel),
+        "channel": quote_literal(address.notify_channel),
     }
     return {name: text.format(**names) for name, text in sql.load("queue.sql").items()}
 

@@ -34,13 +34,15 @@ def test_unusable_addresses_are_rejected(text: str) -> None:
 
 
 def test_name_too_long_for_suffixes_fails_clearly() -> None:
-    QueueAddress("q" * MAX_QUEUE_NAME_BYTES)
+    QueueAddress("q" * MAX_QUEUE_NAME_BYTES).check_room_for_suffixes()
     with pytest.raises(InvalidQueueNameError, match="_expires_idx") as info:
-        QueueAddress("q" * (MAX_QUEUE_NAME_BYTES + 1))
+        QueueAddress("q" * (MAX_QUEUE_NAME_BYTES + 1)).check_room_for_suffixes()
     assert isinstance(info.value, ConfigurationError)
     assert isinstance(info.value, ValueError)
     with pytest.raises(InvalidQueueNameError):  # multi-byte characters count as bytes
-        QueueAddress("ü" * (MAX_QUEUE_NAME_BYTES // 2 + 1))
+        QueueAddress("ü" * (MAX_QUEUE_NAME_BYTES // 2 + 1)).check_room_for_suffixes()
+    with pytest.raises(InvalidQueueNameError, match="63-byte"):
+        QueueAddress("q" * 64)
 
 
 def test_notify_channel_fits_an_identifier() -> None:

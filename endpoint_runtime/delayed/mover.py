@@ -1,0 +1,198 @@
+"""The delayed-message mover: dispatches due delayed messages to their destination queues.
+
+One per endpoint deployment (a task of the peeker). Each round runs in one transaction:
+fetch the next due message (row locked, SKIP LOCKED) -> insert it into its destination ->
+remove it, up to ``batch_size`` messages, then commit. A dispatch that fails (e.g. the
+destination queue does not exist) is rolled back to its savepoint and counted; after
+``number_of_retries`` failures the message goes to the error queue with ``FailedQ`` naming the
+destination. Between rounds the mover sleeps until the next due time by the database's clock,
+or a back-off (500 ms doubling to 60 s) when nothing waits, and wakes early on the store's
+NOTIFY (any process storing a message).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import asyncpg
+import structlog
+
+from endpoint_runtime.circuit_breakers import CircuitBreaker, CriticalErrorHandler
+from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
+from endpoint_runtime.messages import decode_headers, encode_headers, to_wire_time, utc_now
+from endpoint_runtime.outgoing import MACHINE
+from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.settings import DelayedDeliverySettings
+from endpoint_runtime.transport import sending
+from endpoint_runtime.transport.addresses import QueueAddress
+
+log = structlog.get_logger("endpoint_runtime.delayed")
+
+
+class DispatchFailed(Exception):
+    """Wraps the error of one delayed message's dispatch."""
+
+
+class RateLimiter:
+    """At most ``per_second`` events per second (the recovery-failure limit)."""
+
+    def __init__(self, per_second: float) -> None:
+        self._interval = 1.0 / per_second if per_second > 0 else 0.0
+        self._next = 0.0
+
+    async def wait(self) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            await asyncio.sleep(self._next - now)
+        self._next = max(now, self._next) + self._interval
+
+
+class DelayedMessageMover:
+    def __init__(
+        self,
+        *,
+        store: DelayedMessageStore,
+        pool: asyncpg.Pool,
+        dsn: str,
+        endpoint: str,
+        schema: str,
+        error_address: QueueAddress,
+        settings: DelayedDeliverySettings,
+        on_critical_error: CriticalErrorHandler,
+    ) -> None:
+        self.store = store
+        self._pool = pool
+        self._dsn = dsn
+        self._endpoint = endpoint
+        self._schema = schema
+        self._error_address = error_address
+        self.settings = settings
+        self._wake = asyncio.Event()
+        self._stopping = False
+        self._listener: asyncpg.Connection | None = None
+        self._recovery = RateLimiter(settings.maximum_recovery_failures_per_second)
+        self.fetch_breaker = CircuitBreaker(
+            "delayed-fetch", time_to_trigger=settings.time_to_trigger_fetch_circuit_breaker,
+            on_triggered=on_critical_error,
+        )
+        self.dispatch_breaker = CircuitBreaker(
+            "delayed-dispatch", time_to_trigger=settings.time_to_trigger_dispatch_circuit_breaker,
+            on_triggered=on_critical_error,
+        )
+        self.dispatched = 0
+        self.moved_to_error = 0
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Move due messages until :meth:`stop`."""
+        await self._listen()
+        backoff = self.settings.initial_backoff
+        while not self._stopping:
+            try:
+                moved, next_due = await self.move_due()
+                self.fetch_breaker.success()
+            except Exception as exc:
+                log.warning("delayed_fetch_failed", error=f"{type(exc).__name__}: {exc}")
+                await self.fetch_breaker.failure(exc)
+                continue
+            if moved >= self.settings.batch_size:
+                continue  # more may be due right now
+            if next_due is None:
+                wait = backoff
+                backoff = min(backoff * 2, self.settings.max_backoff)
+            else:
+                backoff = self.settings.initial_backoff
+                wait = min(max(next_due, 0.0), self.settings.max_backoff)
+            if wait > 0:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), timeout=wait)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                await self._listener.close()
+
+    async def _listen(self) -> None:
+        channel = self.store.notify_channel
+        if channel is None:
+            return
+        try:
+            self._listener = await asyncpg.connect(self._dsn or None)
+            await self._listener.add_listener(channel, lambda *_: self._wake.set())
+        except (OSError, asyncpg.PostgresError) as exc:
+            log.warning("delayed_listen_failed", error=str(exc))  # polling still works
+
+    async def move_due(self) -> tuple[int, float | None]:
+        """One round: dispatch up to ``batch_size`` due messages in one transaction.
+
+        Returns the number dispatched (or moved to the error queue) and the seconds until
+        the next due message (``None`` when the store is empty).
+        """
+        moved = 0
+        async with self._pool.acquire() as connection:
+            async with connection.transaction():
+                while moved < self.settings.batch_size:
+                    message = await self.store.fetch_next_due(connection)
+                    if message is None:
+                        break
+                    if await self._dispatch(connection, message):
+                        moved += 1
+                    else:
+                        break  # a failed message stays due: leave it for the next round
+            next_due = await self.store.next_due_in(connection)
+        return moved, next_due
+
+    async def _dispatch(self, connection: asyncpg.Connection, message: DelayedMessage) -> bool:
+        destination = QueueAddress.parse(message.destination, self._schema)
+        try:
+            async with connection.transaction():  # savepoint: a failure undoes only this one
+                await sending.send_raw(
+                    connection, destination, message.id, message.headers, message.body
+                )
+                await self.store.remove(connection, message)
+            self.dispatch_breaker.success()
+            self.dispatched += 1
+            return True
+        except Exception as exc:
+            log.warning("delayed_dispatch_failed", destination=message.destination,
+                        message_id=str(message.id), failures=message.failures + 1,
+                        error=f"{type(exc).__name__}: {exc}")
+            await self._recovery.wait()
+            if message.failures + 1 > self.settings.number_of_retries:
+                await self._move_to_error_queue(connection, message, exc)
+                return True
+            await self.store.increment_failure_count(connection, message)
+            self.dispatch_breaker.record_failure(exc)
+            return False
+
+    async def _move_to_error_queue(
+        self, connection: asyncpg.Connection, message: DelayedMessage, exc: Exception
+    ) -> None:
+        try:
+            headers = decode_headers(message.headers)
+        except Exception:
+            headers = {"NServiceBus.RawHeaders": message.headers}
+        headers.update({
+            ErrorHeaders.FAILED_QUEUE: message.destination,
+            ErrorHeaders.EXCEPTION_TYPE: f"{type(exc).__module__}.{type(exc).__qualname__}",
+            ErrorHeaders.MESSAGE: str(exc)[:16_384],
+            ErrorHeaders.TIME_OF_FAILURE: to_wire_time(utc_now()),
+            "NServiceBus.ProcessingMachine": MACHINE,
+            "NServiceBus.ProcessingEndpoint": self._endpoint,
+        })
+        async with connection.transaction():
+            await sending.send_raw(
+                connection, self._error_address, message.id, encode_headers(headers), message.body
+            )
+            await self.store.remove(connection, message)
+        self.moved_to_error += 1
+        log.error("delayed_message_to_error_queue", destination=message.destination,
+                  message_id=str(message.id), error_queue=str(self._error_address))
+
