@@ -1,0 +1,267 @@
+"""Delayed delivery against a real PostgreSQL: the store protocol, the mover, deferral rules."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import asyncpg
+import msgspec
+import pytest
+
+from endpoint_runtime import ConfigurationError, Endpoint, Sender, TransportSettings
+from endpoint_runtime.delayed import DelayedMessage, PostgresDelayedMessageStore
+from endpoint_runtime.delayed.mover import DelayedMessageMover
+from endpoint_runtime.delayed.store import DelayedMessageStore
+from endpoint_runtime.messages import Headers, TransportMessage, from_wire_time
+from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.settings import DelayedDeliverySettings
+from endpoint_runtime.transport import PostgresTransport, QueueAddress
+
+
+class Reminder(msgspec.Struct):
+    text: str
+
+
+def delayed(due: datetime, destination: str = "target") -> DelayedMessage:
+    return DelayedMessage(id=uuid.uuid4(), destination=destination, due=due,
+                          headers='{"NServiceBus.MessageId":"x"}', body=b"{}")
+
+
+@pytest.fixture
+async def store(transport: PostgresTransport) -> PostgresDelayedMessageStore:
+    store = PostgresDelayedMessageStore.for_endpoint(QueueAddress("orders"))
+    async with transport.pool.acquire() as connection:
+        await store.setup_infrastructure(connection)
+        await store.setup_infrastructure(connection)  # idempotent
+    await transport.create_queue("target")
+    await transport.create_queue("error")
+    return store
+
+
+@contextlib.asynccontextmanager
+async def running_mover(
+    transport: PostgresTransport, store: DelayedMessageStore, **settings: object
+) -> AsyncIterator[DelayedMessageMover]:
+    critical: list[str] = []
+    mover = DelayedMessageMover(
+        store=store, pool=transport.pool, dsn=transport.dsn, endpoint="orders",
+        schema="public", error_address=QueueAddress("error"),
+        settings=DelayedDeliverySettings(**settings),  # type: ignore[arg-type]
+        on_critical_error=lambda message, exc: critical.append(message),
+    )
+    task = asyncio.create_task(mover.run())
+    try:
+        yield mover
+    finally:
+        await mover.stop()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def wait_for_depth(transport: PostgresTransport, queue: str, count: int,
+                         limit_s: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while (depth := await transport.depth(queue)) < count:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{queue} holds {depth} of {count} after {limit_s} s")
+        await asyncio.sleep(0.02)
+
+
+async def test_fetch_locks_the_row_so_a_second_instance_skips_it(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore
+) -> None:
+    now = datetime.now(UTC)
+    async with transport.pool.acquire() as connection:
+        await store.store(connection, delayed(now - timedelta(seconds=1)))
+        await store.store(connection, delayed(now + timedelta(hours=1)))
+    async with transport.pool.acquire() as first, transport.pool.acquire() as second:
+        async with first.transaction():
+            fetched = await store.fetch_next_due(first)
+            assert fetched is not None
+            async with second.transaction():
+                assert await store.fetch_next_due(second) is None  # locked, and the other not due
+            assert await store.increment_failure_count(first, fetched)
+            assert await store.remove(first, fetched)
+            assert not await store.remove(first, fetched)
+            assert not await store.increment_failure_count(first, fetched)
+        next_due = await store.next_due_in(first)
+    assert next_due is not None
+    assert 3500 < next_due <= 3600
+
+
+async def test_messages_arrive_no_earlier_than_due_and_within_a_second(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore, database_dsn: str
+) -> None:
+    sender = Sender("orders", TransportSettings(dsn=database_dsn), delayed_store=store)
+    async with running_mover(transport, store):
+        sent_at = datetime.now(UTC)
+        ids = [await sender.send(Reminder(f"r{i}"), "target", delay=timedelta(seconds=0.4 + i / 10))
+               for i in range(5)]
+        assert await transport.depth("target") == 0
+        await wait_for_depth(transport, "target", 5)
+    await sender.close()
+    arrivals = []
+    while (message := await transport.receive("target")) is not None:
+        assert isinstance(message, TransportMessage)
+        due = from_wire_time(message.headers[Headers.DELIVER_AT])
+        arrivals.append((message.message_id, due))
+    assert sorted(m for m, _ in arrivals) == sorted(ids)
+    received_at = datetime.now(UTC)
+    for _, due in arrivals:
+        assert due >= sent_at + timedelta(seconds=0.4)
+        assert received_at - due < timedelta(seconds=1.5)
+
+
+async def test_each_message_is_dispatched_when_due_not_before(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore, database_dsn: str
+) -> None:
+    sender = Sender("orders", TransportSettings(dsn=database_dsn), delayed_store=store)
+    async with running_mover(transport, store):
+        due = datetime.now(UTC) + timedelta(seconds=0.8)
+        await sender.send(Reminder("later"), "target", deliver_at=due)
+        seen_at = None
+        deadline = asyncio.get_running_loop().time() + 5
+        while seen_at is None and asyncio.get_running_loop().time() < deadline:
+            if await transport.depth("target"):
+                seen_at = datetime.now(UTC)
+            await asyncio.sleep(0.01)
+    await sender.close()
+    assert seen_at is not None, "delayed message never arrived"
+    assert seen_at >= due
+    assert seen_at - due < timedelta(seconds=1)
+
+
+async def test_past_due_time_is_delivered_at_once_without_the_store(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore, database_dsn: str
+) -> None:
+    sender = Sender("orders", TransportSettings(dsn=database_dsn), delayed_store=store)
+    await sender.send(Reminder("late"), "target",
+                      deliver_at=datetime.now(UTC) - timedelta(minutes=5))
+    await sender.close()
+    assert await transport.depth("target") == 1  # no mover is running
+    async with transport.pool.acquire() as connection:
+        assert await store.next_due_in(connection) is None
+
+
+async def test_two_movers_on_one_store_dispatch_each_message_once(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore
+) -> None:
+    now = datetime.now(UTC)
+    messages = [delayed(now - timedelta(milliseconds=i)) for i in range(300)]
+    async with transport.pool.acquire() as connection:
+        for message in messages:
+            await store.store(connection, message)
+    async with running_mover(transport, store, batch_size=7) as one, \
+            running_mover(transport, store, batch_size=7) as two:
+        await wait_for_depth(transport, "target", 300)
+        assert one.dispatched > 0
+        assert two.dispatched > 0  # both took part: the test really had two competitors
+    ids = await transport.pool.fetch(f"SELECT id FROM {QueueAddress('target').qualified}")
+    assert sorted(r["id"] for r in ids) == sorted(m.id for m in messages)
+
+
+async def test_delayed_message_to_a_missing_queue_ends_in_the_error_queue(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore
+) -> None:
+    async with transport.pool.acquire() as connection:
+        await store.store(connection, delayed(datetime.now(UTC), destination="nowhere"))
+    async with running_mover(transport, store, number_of_retries=1,
+                             maximum_recovery_failures_per_second=50):
+        await wait_for_depth(transport, "error", 1)
+    failed = await transport.receive("error")
+    assert isinstance(failed, TransportMessage)
+    assert failed.headers[ErrorHeaders.FAILED_QUEUE] == "nowhere"
+    assert "QueueNotFoundError" in failed.headers[ErrorHeaders.EXCEPTION_TYPE]
+    async with transport.pool.acquire() as connection:
+        assert await store.next_due_in(connection) is None
+
+
+class TwoTableStore:
+    """A user store with another layout: due times and payloads in separate tables."""
+
+    notify_channel = None
+
+    async def setup_infrastructure(self, connection: asyncpg.Connection) -> None:
+        await connection.execute("""
+            CREATE TABLE IF NOT EXISTS my_due (id uuid PRIMARY KEY, at timestamptz NOT NULL,
+                                               attempts int NOT NULL DEFAULT 0);
+            CREATE TABLE IF NOT EXISTS my_payload (id uuid PRIMARY KEY, target text,
+                                                   head text, payload bytea)""")
+
+    async def store(self, connection: asyncpg.Connection, message: DelayedMessage) -> None:
+        await connection.execute("INSERT INTO my_due (id, at) VALUES ($1, $2)",
+                                 message.id, message.due)
+        await connection.execute("INSERT INTO my_payload VALUES ($1, $2, $3, $4)",
+                                 message.id, message.destination, message.headers, message.body)
+
+    async def fetch_next_due(self, connection: asyncpg.Connection) -> DelayedMessage | None:
+        row = await connection.fetchrow("""
+            SELECT d.id, d.at, d.attempts, p.target, p.head, p.payload
+            FROM my_due d JOIN my_payload p USING (id) WHERE d.at <= now()
+            ORDER BY d.at LIMIT 1 FOR UPDATE OF d SKIP LOCKED""")
+        if row is None:
+            return None
+        return DelayedMessage(id=row["id"], destination=row["target"], due=row["at"],
+                              headers=row["head"], body=row["payload"], failures=row["attempts"])
+
+    async def remove(self, connection: asyncpg.Connection, message: DelayedMessage) -> bool:
+        await connection.execute("DELETE FROM my_payload WHERE id = $1", message.id)
+        status = await connection.execute("DELETE FROM my_due WHERE id = $1", message.id)
+        return bool(status.endswith(" 1"))
+
+    async def increment_failure_count(
+        self, connection: asyncpg.Connection, message: DelayedMessage
+    ) -> bool:
+        status = await connection.execute(
+            "UPDATE my_due SET attempts = attempts + 1 WHERE id = $1", message.id)
+        return bool(status.endswith(" 1"))
+
+    async def next_due_in(self, connection: asyncpg.Connection) -> float | None:
+        value = await connection.fetchval(
+            "SELECT extract(epoch FROM min(at) - now())::float8 FROM my_due")
+        return float(value) if value is not None else None
+
+
+async def test_a_store_of_the_users_own_plugs_in(
+    transport: PostgresTransport, database_dsn: str
+) -> None:
+    store = TwoTableStore()
+    assert isinstance(store, DelayedMessageStore)
+    async with transport.pool.acquire() as connection:
+        await store.setup_infrastructure(connection)
+    await transport.create_queue("target")
+    await transport.create_queue("error")
+    sender = Sender("orders", TransportSettings(dsn=database_dsn), delayed_store=store)
+    await sender.send(Reminder("custom"), "target", delay=timedelta(seconds=0.3))
+    await sender.close()
+    assert await transport.pool.fetchval("SELECT count(*) FROM my_due") == 1
+    async with running_mover(transport, store, initial_backoff=0.05):
+        await wait_for_depth(transport, "target", 1)
+    assert await transport.pool.fetchval("SELECT count(*) FROM my_due") == 0
+
+
+def test_deferral_rules_fail_clearly() -> None:
+    endpoint = Endpoint("orders")
+    assert endpoint.delayed_store is not None
+    web = Sender("web")
+    send_only = Endpoint("web", send_only=True)
+    assert send_only.delayed_store is None
+
+    async def attempts() -> None:
+        with pytest.raises(ConfigurationError, match="send-only"):
+            await web.send(Reminder("x"), "target", delay=timedelta(seconds=1))
+        with pytest.raises(ConfigurationError, match="send-only"):
+            await send_only.send(Reminder("x"), "target", delay=timedelta(seconds=1))
+        with pytest.raises(ConfigurationError, match="time_to_be_received"):
+            await endpoint.send(Reminder("x"), "target", delay=timedelta(seconds=1),
+                                time_to_be_received=timedelta(minutes=1))
+        with pytest.raises(ConfigurationError, match="not both"):
+            await endpoint.send(Reminder("x"), "target", delay=timedelta(seconds=1),
+                                deliver_at=datetime.now(UTC))
+
+    asyncio.run(attempts())
