@@ -129,3 +129,13 @@ SELECT to_regclass($1) IS NOT NULL;
 -- send_raw --
 -- A row moved as it is (poison messages to the error queue).
 INSERT INTO {queue} (id, expires, headers, body) VALUES ($1, NULL, $2, $3);
+
+-- browse --
+-- Rows in seq order without taking them (error-queue tooling).
+SELECT id, seq, expires, headers, body FROM {queue} ORDER BY seq LIMIT $1 OFFSET $2;
+
+-- take_by_id --
+DELETE FROM {queue} WHERE id = $1 RETURNING id, seq, expires, headers, body;
+
+-- peek_by_id --
+SELECT id, seq, expires, headers, body FROM {queue} WHERE id = $1;

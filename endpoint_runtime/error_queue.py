@@ -1,0 +1,128 @@
+"""Error-queue tooling: list, show, retry (replay) and delete failed messages.
+
+A retry moves a message back to its ``NServiceBus.FailedQ`` in one transaction, unchanged but
+for the error headers (and the delayed-retry headers, so the replay gets its full retries). If
+the replay fails again, recoverability sends it back here: nothing is lost.
+
+Example::
+
+    async with PostgresTransport.connect() as transport:
+        for failed in await list_failed(transport):
+            print(failed.native_id, failed.failed_queue, failed.exception_type)
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+import msgspec
+
+from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
+from endpoint_runtime.messages import PoisonMessage, TransportMessage, encode_headers
+from endpoint_runtime.recoverability import ErrorHeaders, RetryHeaders
+from endpoint_runtime.transport import PostgresTransport, QueueAddress, sending, statements
+from endpoint_runtime.transport.receiving import to_message
+
+_STRIPPED_ON_RETRY = (*ErrorHeaders.ALL, RetryHeaders.RETRIES, RetryHeaders.TIMESTAMP,
+                      "NServiceBus.ProcessingMachine", "NServiceBus.ProcessingEndpoint")
+
+
+class FailedMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """A row of the error queue, as the tooling shows it."""
+
+    native_id: uuid.UUID
+    failed_queue: str | None
+    exception_type: str | None
+    exception_message: str | None
+    time_of_failure: str | None
+    message: TransportMessage | PoisonMessage
+
+
+def _failed(row: asyncpg.Record) -> FailedMessage:
+    message = to_message(row)
+    headers = message.headers if isinstance(message, TransportMessage) else {}
+    return FailedMessage(
+        native_id=message.native_id,
+        failed_queue=headers.get(ErrorHeaders.FAILED_QUEUE),
+        exception_type=headers.get(ErrorHeaders.EXCEPTION_TYPE),
+        exception_message=headers.get(ErrorHeaders.MESSAGE),
+        time_of_failure=headers.get(ErrorHeaders.TIME_OF_FAILURE),
+        message=message,
+    )
+
+
+def _error_address(transport: PostgresTransport, error_queue: str) -> QueueAddress:
+    return transport.address(error_queue)
+
+
+async def list_failed(
+    transport: PostgresTransport, error_queue: str = "error", limit: int = 100, offset: int = 0
+) -> list[FailedMessage]:
+    address = _error_address(transport, error_queue)
+    try:
+        rows = await transport.pool.fetch(statements.for_queue(address)["browse"], limit, offset)
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc
+    return [_failed(row) for row in rows]
+
+
+async def show_failed(
+    transport: PostgresTransport, native_id: uuid.UUID, error_queue: str = "error"
+) -> FailedMessage | None:
+    address = _error_address(transport, error_queue)
+    row = await transport.pool.fetchrow(statements.for_queue(address)["peek_by_id"], native_id)
+    return _failed(row) if row is not None else None
+
+
+async def retry_failed(
+    transport: PostgresTransport, native_id: uuid.UUID, error_queue: str = "error"
+) -> str:
+    """Move one failed message back to its FailedQ; returns that queue's name.
+
+    Raises :class:`EndpointRuntimeError` when the message is not there, has no FailedQ or
+    unparseable headers; :class:`QueueNotFoundError` when the FailedQ no longer exists (the
+    message then stays in the error queue).
+    """
+    address = _error_address(transport, error_queue)
+    async with transport.pool.acquire() as connection, connection.transaction():
+        row = await connection.fetchrow(statements.for_queue(address)["take_by_id"], native_id)
+        if row is None:
+            raise EndpointRuntimeError(f"no message {native_id} in {address}")
+        failed = _failed(row)
+        if not isinstance(failed.message, TransportMessage):
+            raise EndpointRuntimeError(
+                f"message {native_id} has headers that do not parse; it cannot be retried"
+            )
+        if not failed.failed_queue:
+            raise EndpointRuntimeError(f"message {native_id} has no {ErrorHeaders.FAILED_QUEUE}")
+        headers = {k: v for k, v in failed.message.headers.items()
+                   if k not in _STRIPPED_ON_RETRY}
+        destination = transport.address(failed.failed_queue)
+        await sending.send_raw(connection, destination, native_id, encode_headers(headers),
+                               failed.message.body)
+    return failed.failed_queue
+
+
+async def retry_all(transport: PostgresTransport, error_queue: str = "error") -> dict[str, int]:
+    """Retry every retryable message; returns counts per FailedQ (and ``"skipped"``)."""
+    counts: dict[str, int] = {}
+    offset = 0
+    while batch := await list_failed(transport, error_queue, limit=500, offset=offset):
+        for failed in batch:
+            try:
+                queue = await retry_failed(transport, failed.native_id, error_queue)
+            except EndpointRuntimeError:
+                counts["skipped"] = counts.get("skipped", 0) + 1
+                offset += 1  # stays in the error queue: page past it
+                continue
+            counts[queue] = counts.get(queue, 0) + 1
+    return counts
+
+
+async def delete_failed(
+    transport: PostgresTransport, native_id: uuid.UUID, error_queue: str = "error"
+) -> bool:
+    address = _error_address(transport, error_queue)
+    row = await transport.pool.fetchrow(statements.for_queue(address)["take_by_id"], native_id)
+    return row is not None

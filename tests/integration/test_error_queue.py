@@ -1,0 +1,112 @@
+"""Error-queue tooling against a real PostgreSQL: list, show, retry, retry all, delete."""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+import pytest
+
+from endpoint_runtime import EndpointRuntimeError, QueueNotFoundError
+from endpoint_runtime.error_queue import (
+    delete_failed,
+    list_failed,
+    retry_all,
+    retry_failed,
+    show_failed,
+)
+from endpoint_runtime.messages import TransportMessage
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.recoverability import ErrorHeaders, Failure, error_copy
+from endpoint_runtime.transport import PostgresTransport
+
+
+class Charge(msgspec.Struct):
+    amount: int
+
+
+FAILURE = Failure(attempts=6, exception_type="builtins.ValueError",
+                  inner_exception_type="", message="card declined", source="charge",
+                  stack_trace="Traceback ...", unrecoverable=False)
+
+
+async def fail_into_error_queue(transport: PostgresTransport, queue: str) -> TransportMessage:
+    """Send a message to ``queue``, take it, and put its error copy in the error queue."""
+    await transport.send(queue, create_outgoing(Charge(5), headers={"x-custom": "kept"}))
+    received = await transport.receive(queue)
+    assert isinstance(received, TransportMessage)
+    await transport.send("error", error_copy(received, FAILURE, queue, "billing"))
+    return received
+
+
+@pytest.fixture
+async def queues(transport: PostgresTransport) -> PostgresTransport:
+    for name in ("billing", "shipping", "error"):
+        await transport.create_queue(name)
+    return transport
+
+
+async def test_list_and_show_describe_the_failure(queues: PostgresTransport) -> None:
+    original = await fail_into_error_queue(queues, "billing")
+
+    [failed] = await list_failed(queues)
+    shown = await show_failed(queues, original.native_id)
+
+    assert failed.native_id == original.native_id
+    assert failed.failed_queue == "billing"
+    assert failed.exception_type == "builtins.ValueError"
+    assert failed.exception_message == "card declined"
+    assert shown is not None
+    assert shown.message.body == original.body
+    assert await show_failed(queues, uuid.uuid4()) is None
+
+
+async def test_retry_returns_the_message_unchanged_but_for_error_headers(
+    queues: PostgresTransport,
+) -> None:
+    original = await fail_into_error_queue(queues, "billing")
+
+    assert await retry_failed(queues, original.native_id) == "billing"
+
+    assert await queues.depth("error") == 0
+    replayed = await queues.receive("billing")
+    assert isinstance(replayed, TransportMessage)
+    assert replayed.native_id == original.native_id
+    assert replayed.body == original.body
+    assert replayed.headers == original.headers
+    assert not set(ErrorHeaders.ALL) & set(replayed.headers)
+
+
+async def test_retry_to_a_missing_queue_keeps_the_message(queues: PostgresTransport) -> None:
+    original = await fail_into_error_queue(queues, "billing")
+    await queues.drop_queue("billing")
+
+    with pytest.raises(QueueNotFoundError):
+        await retry_failed(queues, original.native_id)
+
+    assert await queues.depth("error") == 1
+
+
+async def test_poison_rows_cannot_be_retried_and_stay(queues: PostgresTransport) -> None:
+    row_id = uuid.uuid4()
+    await queues.pool.execute('INSERT INTO "public"."error" (id, headers, body) '
+                              "VALUES ($1, '{broken', 'x')", row_id)
+    with pytest.raises(EndpointRuntimeError, match="do not parse"):
+        await retry_failed(queues, row_id)
+    assert await queues.depth("error") == 1
+
+
+async def test_retry_all_and_delete(queues: PostgresTransport) -> None:
+    for _ in range(3):
+        await fail_into_error_queue(queues, "billing")
+    await fail_into_error_queue(queues, "shipping")
+    row_id = uuid.uuid4()
+    await queues.pool.execute('INSERT INTO "public"."error" (id, headers, body) '
+                              "VALUES ($1, '{broken', 'x')", row_id)
+
+    assert await retry_all(queues) == {"billing": 3, "shipping": 1, "skipped": 1}
+    assert await queues.depth("billing") == 3
+    assert await queues.depth("shipping") == 1
+    assert await delete_failed(queues, row_id)
+    assert not await delete_failed(queues, row_id)
+    assert await queues.depth("error") == 0
