@@ -89,6 +89,9 @@ class Endpoint(Sender):
             )
         self.unrecoverable_exceptions = tuple(unrecoverable_exceptions)
         self.registry = HandlerRegistry()
+        self.critical_error_handlers: list[Callable[[str, BaseException], None]] = []
+        self.throttling_started_handlers: list[Callable[[], None]] = []
+        self.throttling_ended_handlers: list[Callable[[], None]] = []
         self._defined_in = sys._getframe(1).f_globals.get("__name__", "")
         super().__init__(
             name, settings.transport, local_address=self.address, delayed_store=self.delayed_store
@@ -149,6 +152,27 @@ class Endpoint(Sender):
             limits = RetryLimits(immediate_retries=immediate_retries,
                                  delayed_retries=delayed_retries)
         self.registry.register(handler, message_type, limits)
+
+    # -- hooks (run in the receiver and peeker processes) ----------------------------------
+
+    def on_critical_error(
+        self, hook: Callable[[str, BaseException], None]
+    ) -> Callable[[str, BaseException], None]:
+        """Call ``hook(message, exception)`` on a critical error (a circuit breaker
+        triggered, a recoverability step failed), besides the ``on_critical_error`` setting's
+        action ("stop" by default)."""
+        self.critical_error_handlers.append(hook)
+        return hook
+
+    def on_throttling_started(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call ``hook()`` when repeated failures throttle processing to one at a time."""
+        self.throttling_started_handlers.append(hook)
+        return hook
+
+    def on_throttling_ended(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call ``hook()`` when a success ends throttling."""
+        self.throttling_ended_handlers.append(hook)
+        return hook
 
     # -- what receivers build from it -------------------------------------------------------
 

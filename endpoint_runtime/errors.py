@@ -10,7 +10,8 @@ Every exception the runtime raises on purpose derives from :class:`EndpointRunti
     ├── MessageError
     │   ├── UnknownMessageTypeError               no registered type for the enclosed type name
     │   └── MessageDecodeError                    body that does not decode; keeps raw bytes
-    └── PoisonMessageError                        headers that do not parse; keeps the raw row
+    ├── PoisonMessageError                        headers that do not parse; keeps the raw row
+    └── RecoverabilityFailedError                 the retry/error-queue step itself failed
 
 Configuration errors also subclass ``ValueError`` so that code validating input in the
 usual Python way catches them.
@@ -67,3 +68,13 @@ class MessageDecodeError(MessageError):
 
 class PoisonMessageError(EndpointRuntimeError):
     """Headers of a queue row do not parse ("probable message metadata corruption")."""
+
+
+class RecoverabilityFailedError(EndpointRuntimeError):
+    """Moving a failed message (delayed retry, error queue) failed; the message is retried."""
+
+    def __init__(self, native_id: object) -> None:
+        super().__init__(
+            f"Failed to execute recoverability policy for message with native ID: `{native_id}`"
+        )
+        self.native_id = native_id

@@ -17,7 +17,7 @@ import structlog
 
 from endpoint_runtime.context import HandlerContext
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
-from endpoint_runtime.errors import UnknownMessageTypeError
+from endpoint_runtime.errors import RecoverabilityFailedError, UnknownMessageTypeError
 from endpoint_runtime.handlers import HandlerRegistry
 from endpoint_runtime.messages import (
     Headers,
@@ -148,13 +148,16 @@ class Pipeline:
         consumed by the caller's commit)."""
         failure = self.failures.get(message.native_id)
         assert failure is not None, "a decision needs a recorded failure"
-        if decision.action is Action.DISCARD:
-            self.stats.discarded += 1
-            log.warning("message_discarded", reason=failure.discard_reason)
-        elif decision.action is Action.DELAYED_RETRY and self.delayed_store is not None:
-            await self._store_delayed_retry(executor, message, decision.delay)
-        else:
-            await self.move_to_error_queue(executor, message, failure)
+        try:
+            if decision.action is Action.DISCARD:
+                self.stats.discarded += 1
+                log.warning("message_discarded", reason=failure.discard_reason)
+            elif decision.action is Action.DELAYED_RETRY and self.delayed_store is not None:
+                await self._store_delayed_retry(executor, message, decision.delay)
+            else:
+                await self.move_to_error_queue(executor, message, failure)
+        except Exception as exc:
+            raise RecoverabilityFailedError(message.native_id) from exc
         self.failures.forget(message.native_id)
 
     async def move_to_error_queue(
@@ -189,9 +192,13 @@ class Pipeline:
 
     async def move_poison_to_error_queue(self, executor: Executor, message: PoisonMessage) -> None:
         """Headers that do not parse: the raw row goes to the error queue as it is."""
-        await sending.send_raw(
-            executor, self.error_address, message.native_id, message.raw_headers, message.body
-        )
+        try:
+            await sending.send_raw(
+                executor, self.error_address, message.native_id, message.raw_headers,
+                message.body,
+            )
+        except Exception as exc:
+            raise RecoverabilityFailedError(message.native_id) from exc
         self.stats.moved_to_error += 1
         log.error("probable message metadata corruption", native_id=str(message.native_id),
                   reason=message.reason, error_queue=str(self.error_address))

@@ -195,6 +195,9 @@ class Peeker:
         for handle, result in zip(list(self._receivers), results, strict=True):
             if isinstance(result, ReceiverStatus):
                 handle.last = result
+                if result.critical_error and self.critical_error != result.critical_error:
+                    self.on_critical_error(result.critical_error,
+                                           RuntimeError(result.critical_error))
             elif isinstance(result, ray.exceptions.RayActorError):
                 log.warning("receiver_died", receiver=handle.receiver_id, error=str(result)[:200])
                 self._receivers.remove(handle)
@@ -242,6 +245,11 @@ class Peeker:
         targets = scaling.allowances(
             len(self._receivers), self.settings.max_concurrency, self.settings.slots_per_receiver
         )
+        throttled = [i for i, h in enumerate(self._receivers) if h.last and h.last.throttled]
+        if throttled:
+            # Outage throttling holds the whole deployment to one message at a time: the
+            # first throttled receiver (itself down to one slot) is the only one that runs.
+            targets = [t if i == throttled[0] else 0 for i, t in enumerate(targets)]
         pairs = list(zip(self._receivers, targets, strict=True))
         # Decreases first, and wait for them: only then may others grow.
         await asyncio.gather(*(self._set_allowance(h, t) for h, t in pairs if t < h.allowance))

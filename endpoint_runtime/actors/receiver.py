@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -20,16 +21,18 @@ import msgspec
 import ray
 import structlog
 
-from endpoint_runtime.endpoint import load_endpoint
+from endpoint_runtime.circuit_breakers import CircuitBreaker
+from endpoint_runtime.endpoint import Endpoint, load_endpoint
+from endpoint_runtime.errors import RecoverabilityFailedError
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.settings import EndpointSettings
+from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transport import connect_pool
 
 log = structlog.get_logger("endpoint_runtime.receiver")
 
 GROW_AFTER_SUCCESSES = 3
 """Consecutive successful receives after which a slot starts another slot."""
-FAILURE_BACKOFF_SECONDS = 1.0
 
 
 class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -51,8 +54,13 @@ class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
     processed: int
     failed: int
     moved_to_error: int
+    delayed_retries: int
     processing_seconds: float
     draining: bool
+    throttled: bool
+    receive_breaker: str
+    processing_breaker: str
+    critical_error: str | None
 
 
 class Receiver:
@@ -68,10 +76,32 @@ class Receiver:
         self._shrunk = asyncio.Event()
         self._pool: asyncpg.Pool | None = None
         self._listener: asyncpg.Connection | None = None
+        self._throttled = False
+        self._critical_error: str | None = None
+        self._endpoint: Endpoint | None = None
+        self._receive_breaker = self._breaker("receive")
+        self._processing_breaker = self._breaker("processing")
+
+    def _breaker(self, name: str) -> CircuitBreaker:
+        settings = self.config.settings
+        return CircuitBreaker(
+            name,
+            time_to_trigger=settings.circuit_breaker_time_to_trigger,
+            on_triggered=self._on_critical_error,
+            armed_delay=settings.circuit_breaker_armed_delay,
+            triggered_delay=settings.circuit_breaker_triggered_delay,
+        )
+
+    def _on_critical_error(self, message: str, exc: BaseException) -> None:
+        """Reported to the peeker through :meth:`status` (which applies the settings' action)
+        and passed to the endpoint's ``on_critical_error`` hooks."""
+        self._critical_error = message
+        for hook in self._endpoint.critical_error_handlers if self._endpoint else ():
+            _run_hook(hook, message, exc)
 
     async def start(self) -> dict[str, Any]:
         settings = self.config.settings
-        endpoint = load_endpoint(self.config.endpoint_path)
+        endpoint = self._endpoint = load_endpoint(self.config.endpoint_path)
         self._pipeline = endpoint.create_pipeline(settings)
         max_slots = settings.slots_per_receiver
         self._pool = await connect_pool(
@@ -103,7 +133,7 @@ class Receiver:
         """Start up to ``hint`` slots (within the allowance); returns slots running."""
         if self._draining:
             return len(self._slots)
-        room = self._allowance - len(self._slots)
+        room = self._effective_allowance - len(self._slots)
         for _ in range(max(0, min(hint, room))):
             self._start_slot()
         return len(self._slots)
@@ -120,8 +150,13 @@ class Receiver:
             processed=stats.processed,
             failed=stats.failed,
             moved_to_error=stats.moved_to_error,
+            delayed_retries=stats.delayed_retries,
             processing_seconds=stats.processing_seconds,
             draining=self._draining,
+            throttled=self._throttled,
+            receive_breaker=self._receive_breaker.state.value,
+            processing_breaker=self._processing_breaker.state.value,
+            critical_error=self._critical_error,
         )
 
     async def drain(self, grace_seconds: float) -> ReceiverStatus:
@@ -178,19 +213,30 @@ class Receiver:
             await self._back_off(exc)
             return
         try:
-            while not self._draining and len(self._slots) <= self._allowance:
+            while not self._draining and len(self._slots) <= self._effective_allowance:
                 self._in_flight += 1
                 try:
                     result = await self._strategy.receive_round(connection)
+                except RecoverabilityFailedError as exc:
+                    # Rolled back: the message comes again. A critical error, as in the
+                    # original, counted by the processing breaker (which also waits).
+                    log.error("recoverability_failed", error=str(exc), cause=repr(exc.__cause__))
+                    self._on_critical_error(str(exc), exc)
+                    await self._processing_breaker.failure(exc)
+                    continue
                 except Exception as exc:
                     # The transport failed (connection lost, database down): this slot ends
-                    # after a pause and a fresh one, with a fresh connection, takes over.
+                    # after the breaker's pause and a fresh one, on a fresh connection, goes on.
                     await self._back_off(exc)
                     return
                 finally:
                     self._in_flight -= 1
+                self._receive_breaker.success()
                 if result.taken == 0:
                     return
+                if result.handled:
+                    self._processing_breaker.success()
+                await self._throttle(result)
                 successes += 1
                 if successes >= GROW_AFTER_SUCCESSES:
                     successes = 0
@@ -198,11 +244,43 @@ class Receiver:
         finally:
             await self._pool.release(connection)
 
+    @property
+    def _effective_allowance(self) -> int:
+        return min(self._allowance, 1) if self._throttled else self._allowance
+
+    async def _throttle(self, result: Round) -> None:
+        """Outage throttling: after N consecutive failures run one message at a time and
+        pause after each failure; one success restores the allowance."""
+        limit = self.config.settings.throttle_after_failures
+        if not limit:
+            return
+        failures = self._pipeline.stats.consecutive_failures
+        if not self._throttled and failures >= limit:
+            self._throttled = True
+            log.warning("throttling_started", consecutive_failures=failures)
+            for hook in self._endpoint.throttling_started_handlers if self._endpoint else ():
+                _run_hook(hook)
+        elif self._throttled and result.handled:
+            self._throttled = False
+            log.info("throttling_ended")
+            for hook in self._endpoint.throttling_ended_handlers if self._endpoint else ():
+                _run_hook(hook)
+            self.wake(self._allowance)
+        if self._throttled and result.failed:
+            await asyncio.sleep(self.config.settings.throttle_delay)
+
     async def _back_off(self, exc: Exception) -> None:
         log.warning("receive_failed", error=f"{type(exc).__name__}: {exc}")
-        await asyncio.sleep(FAILURE_BACKOFF_SECONDS)
+        await self._receive_breaker.failure(exc)
         if not self._draining:
             asyncio.get_running_loop().call_soon(self.wake, 1)
+
+
+def _run_hook(hook: Callable[..., object], *args: object) -> None:
+    try:
+        hook(*args)
+    except Exception:
+        log.exception("hook_failed", hook=getattr(hook, "__qualname__", repr(hook)))
 
 
 def _node_id() -> str:

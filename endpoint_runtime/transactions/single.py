@@ -12,6 +12,7 @@ import contextlib
 import asyncpg
 
 from endpoint_runtime.context import HandlerContext
+from endpoint_runtime.errors import RecoverabilityFailedError
 from endpoint_runtime.messages import PoisonMessage
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ImmediateDispatcher, Round
@@ -66,8 +67,9 @@ class SingleMessageStrategy:
             return Round(taken=1, handled=1)
         except Exception as exc:
             await _rollback_quietly(transaction)
-            if received is None or isinstance(received, PoisonMessage):
-                raise  # nothing received: a transport failure, for the receive loop
+            if (received is None or isinstance(received, PoisonMessage)
+                    or isinstance(exc, RecoverabilityFailedError)):
+                raise  # a transport or recoverability failure, for the receive loop
             pipeline.record_failure(received, exc)
             return Round(taken=1, failed=1)
         except BaseException:
