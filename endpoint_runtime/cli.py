@@ -66,6 +66,10 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
     stop_requested = asyncio.Event()
 
     def request_stop(signame: str) -> None:
+        if stop_requested.is_set():
+            # Signals that arrived before the handlers were removed (`timeout` and terminals
+            # signal the process and its group, so one stop can be delivered twice).
+            return
         log.info("stop_requested", signal=signame, hint="send it again to exit at once")
         stop_requested.set()
         # A second signal gets the default behaviour (KeyboardInterrupt / termination).
@@ -115,7 +119,8 @@ def _merged_transport(in_code: TransportSettings, args: argparse.Namespace) -> T
 
     Precedence as in :func:`~endpoint_runtime.settings.load_settings`: what the endpoint's code
     set explicitly (fields that differ from the defaults), then the environment, then
-    ``--config``, then the defaults.
+    ``--config``, then the defaults. ``schema`` always stays the endpoint's own: its queue
+    address (and the schema its sends resolve in) is fixed when the Endpoint is created.
     """
     defaults = TransportSettings()
     explicit = {
@@ -123,6 +128,7 @@ def _merged_transport(in_code: TransportSettings, args: argparse.Namespace) -> T
         for field in TransportSettings.__struct_fields__
         if getattr(in_code, field) != getattr(defaults, field)
     }
+    explicit["schema"] = in_code.schema
     return load_settings(TransportSettings, path=args.config, table="transport", **explicit)
 
 

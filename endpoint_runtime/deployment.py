@@ -22,7 +22,7 @@ import structlog
 from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.peeker import DeploymentConfig, DeploymentStatus, PeekerActor
 from endpoint_runtime.embedded import resolve_dsn
-from endpoint_runtime.endpoint import Endpoint, load_endpoint
+from endpoint_runtime.endpoint import Endpoint, load_endpoint, outbox_storage
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transport import PostgresTransport, QueueAddress
 
@@ -67,9 +67,11 @@ class EndpointDeployment:
             await transport.create_queue(
                 QueueAddress.parse(settings.error_queue, transport_settings.schema)
             )
-            if endpoint.delayed_store is not None and settings.delayed_delivery.enabled:
-                async with transport.pool.acquire() as connection:
+            async with transport.pool.acquire() as connection:
+                if endpoint.delayed_store is not None and settings.delayed_delivery.enabled:
                     await endpoint.delayed_store.setup_infrastructure(connection)
+                if settings.outbox is not None:
+                    await outbox_storage(endpoint.address, settings).setup(connection)
         config = DeploymentConfig(
             endpoint_path=path,
             endpoint_name=endpoint.name,

@@ -25,15 +25,22 @@ import msgspec
 from endpoint_runtime.delayed import DelayedMessageStore, PostgresDelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.handlers import Handler, HandlerRegistry
+from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.recoverability import RecoverabilityPolicy, RetryLimits
 from endpoint_runtime.sender import Sender
-from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
+from endpoint_runtime.settings import (
+    EndpointSettings,
+    OutboxSettings,
+    TransportSettings,
+    load_settings,
+)
 from endpoint_runtime.transactions import TransactionMode
 from endpoint_runtime.transactions.atomic import atomic_strategy
 from endpoint_runtime.transactions.base import ReceiveStrategy
 from endpoint_runtime.transactions.batched import BatchedAtomicStrategy
 from endpoint_runtime.transactions.none import NoTransactionStrategy
+from endpoint_runtime.transactions.outbox import OutboxStrategy
 from endpoint_runtime.transactions.receive_only import receive_only_strategy
 from endpoint_runtime.transport.addresses import (
     ENDPOINT_NAME_SUFFIXES,
@@ -199,6 +206,10 @@ class Endpoint(Sender):
     ) -> ReceiveStrategy:
         """The receive strategy of the settings' transaction mode."""
         mode = settings.mode
+        if settings.outbox is not None:
+            return OutboxStrategy(
+                pipeline, pool, outbox_storage(pipeline.local_address, settings), settings.outbox
+            )
         if mode is TransactionMode.NONE:
             return NoTransactionStrategy(pipeline, pool)
         if mode is TransactionMode.RECEIVE_ONLY:
@@ -206,6 +217,26 @@ class Endpoint(Sender):
         if settings.batch_size > 1:
             return BatchedAtomicStrategy(pipeline, pool, settings.batch_size)
         return atomic_strategy(pipeline, pool)
+
+    def enable_outbox(self, **options: Any) -> OutboxSettings:
+        """Turn the outbox on (any :class:`OutboxSettings` field as a keyword option).
+
+        Needs ``TransactionMode.RECEIVE_ONLY``; any other mode fails here, at once.
+        """
+        try:
+            outbox = OutboxSettings(**options)
+        except TypeError as exc:
+            raise ConfigurationError(f"unknown outbox option: {exc}") from exc
+        settings = msgspec.structs.replace(self.settings, outbox=outbox)
+        settings.__post_init__()
+        self.settings = settings
+        return outbox
+
+    @property
+    def outbox_storage(self) -> OutboxStorage | None:
+        if self.settings.outbox is None:
+            return None
+        return outbox_storage(self.address, self.settings)
 
     @property
     def import_path(self) -> str:
@@ -227,6 +258,11 @@ class Endpoint(Sender):
         """Fail at start, with a clear error, on what could not run."""
         if not self.send_only and len(self.registry) == 0:
             raise ConfigurationError(f"endpoint {self.name!r} has no handlers")
+
+
+def outbox_storage(address: QueueAddress, settings: EndpointSettings) -> OutboxStorage:
+    assert settings.outbox is not None
+    return OutboxStorage.for_endpoint(address, settings.outbox.table_name)
 
 
 def load_endpoint(import_path: str) -> Endpoint:

@@ -157,6 +157,39 @@ class DelayedDeliverySettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigurationError("need 0 < initial_backoff <= max_backoff")
 
 
+class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The outbox (SQL persistence names of the original).
+
+    Attributes:
+        pessimistic: insert a placeholder record first, so a concurrent duplicate blocks and
+            the handler body runs once (default: optimistic, insert at commit).
+        isolation: isolation level of the business transaction.
+        table_name: outbox table (default ``"<endpoint>_OutboxData"``).
+        keep_deduplication_data_for: seconds dispatched records are kept (default 7 days).
+        cleanup_interval: seconds between cleanup rounds (default 60).
+        cleanup_batch_size: records deleted per statement (default 4000).
+        cleanup_enabled: run the cleaner in each deployment.
+    """
+
+    pessimistic: bool = False
+    isolation: str = "read_committed"
+    table_name: str | None = None
+    keep_deduplication_data_for: float = 7 * 86_400.0
+    cleanup_interval: float = 60.0
+    cleanup_batch_size: int = 4_000
+    cleanup_enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ("read_committed", "repeatable_read", "serializable"):
+            raise ConfigurationError(
+                "outbox isolation must be read_committed, repeatable_read or serializable"
+            )
+        if self.cleanup_batch_size < 1 or self.cleanup_interval <= 0:
+            raise ConfigurationError("outbox cleanup needs a positive batch size and interval")
+        if self.keep_deduplication_data_for < 0:
+            raise ConfigurationError("keep_deduplication_data_for cannot be negative")
+
+
 def _default_concurrency() -> int:
     return max(2, os.cpu_count() or 1)
 
@@ -186,6 +219,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
             one message at a time (0 disables throttling).
         throttle_delay: seconds each further failure waits while throttled.
         on_critical_error: "stop" (log and stop the deployment) or "log".
+        outbox: :class:`OutboxSettings` to enable the outbox (receive-only mode only).
         error_queue: where failed and poison messages go.
         stop_timeout: seconds a graceful stop waits for in-flight handlers before cancelling.
         scale_down_after: seconds of empty peeks before surplus receivers are retired.
@@ -211,6 +245,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
     delayed_delivery: DelayedDeliverySettings = msgspec.field(
         default_factory=DelayedDeliverySettings
     )
+    outbox: OutboxSettings | None = None
     stop_timeout: float = 30.0
     scale_down_after: float = 10.0
     receiver_num_cpus: float = 0.0
@@ -247,6 +282,11 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
                     f"{name} cannot be used with TransactionMode.NONE: the message is already "
                     "gone from the queue when the handler runs"
                 )
+        if self.outbox is not None and mode is not TransactionMode.RECEIVE_ONLY:
+            raise ConfigurationError(
+                "the outbox needs TransactionMode.RECEIVE_ONLY transport transactions "
+                f"(got {mode.value}): it replaces atomic sends with its own records"
+            )
         if self.on_critical_error not in ("stop", "log"):
             raise ConfigurationError("on_critical_error must be 'stop' or 'log'")
         if self.throttle_after_failures < 0:

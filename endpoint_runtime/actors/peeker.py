@@ -23,8 +23,9 @@ import structlog
 from endpoint_runtime.actors import scaling
 from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
 from endpoint_runtime.delayed.mover import DelayedMessageMover
-from endpoint_runtime.endpoint import load_endpoint
+from endpoint_runtime.endpoint import load_endpoint, outbox_storage
 from endpoint_runtime.logging import configure_logging
+from endpoint_runtime.outbox import OutboxCleaner
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transport import QueueAddress, connect_pool, receiving
 
@@ -91,6 +92,8 @@ class Peeker:
         self._listener: asyncpg.Connection | None = None
         self._mover: DelayedMessageMover | None = None
         self._mover_task: asyncio.Task[None] | None = None
+        self._cleaner: OutboxCleaner | None = None
+        self._cleaner_task: asyncio.Task[None] | None = None
         self.critical_error: str | None = None
         self._halted = False
 
@@ -110,7 +113,7 @@ class Peeker:
             self._halted = True
 
     async def start(self) -> None:
-        self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=3)
+        self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=4)
         await self._start_mover()
         if self.settings.transport.notify_on_send:
             self._listener = await asyncpg.connect(self.config.dsn or None)
@@ -140,6 +143,14 @@ class Peeker:
 
     async def _start_mover(self) -> None:
         endpoint = load_endpoint(self.config.endpoint_path)
+        assert self._pool is not None
+        outbox = self.settings.outbox
+        if outbox is not None and outbox.cleanup_enabled:
+            self._cleaner = OutboxCleaner(
+                outbox_storage(self.config.address, self.settings), self._pool, outbox,
+                self.on_critical_error,
+            )
+            self._cleaner_task = asyncio.get_running_loop().create_task(self._cleaner.run())
         store = endpoint.delayed_store
         if store is None or not self.settings.delayed_delivery.enabled:
             return
@@ -305,6 +316,10 @@ class Peeker:
         """Graceful stop: receivers stop receiving, finish in-flight work, then exit."""
         self._stopping = True
         self._wake.set()
+        if self._cleaner is not None and self._cleaner_task is not None:
+            self._cleaner.stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cleaner_task
         if self._mover is not None and self._mover_task is not None:
             await self._mover.stop()
             self._mover_task.cancel()

@@ -1,0 +1,165 @@
+"""Receive-only transport transactions with the outbox: exactly-once effect on business data.
+
+Per message, on the receive connection (A) and a business connection (B):
+
+1. A: BEGIN; DELETE the lowest unlocked seq (receive); look up the message id in the outbox.
+2. Absent: B: BEGIN (isolation setting); [pessimistic: insert a placeholder record, so a
+   concurrent duplicate blocks]; run the handlers with ``context.connection`` = B, collecting
+   every outgoing operation; store the record with its operations; COMMIT B. An optimistic
+   duplicate that loses on the primary key rolls back its business work here.
+3. A: lock the record (FOR UPDATE); unless already dispatched, insert its operations into their
+   queues (delayed ones into the store) and mark it dispatched; COMMIT A.
+
+Because the queues live in the same database, step 3 dispatches each record exactly once; if
+the process dies between 2 and 3, the redelivered message finds its record and only step 3 runs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+
+import asyncpg
+import structlog
+
+from endpoint_runtime.context import HandlerContext, parse_address
+from endpoint_runtime.errors import RecoverabilityFailedError
+from endpoint_runtime.messages import OutgoingMessage, PoisonMessage, TransportMessage
+from endpoint_runtime.outbox import (
+    PERSISTENCE_VERSION,
+    OutboxStorage,
+    decode_operations,
+    delayed_operation_of,
+    encode_operations,
+    operation_of,
+)
+from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.settings import OutboxSettings
+from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round, as_delayed
+from endpoint_runtime.transactions.single import _rollback_quietly
+from endpoint_runtime.transport import receiving, sending
+from endpoint_runtime.transport.addresses import QueueAddress
+
+log = structlog.get_logger("endpoint_runtime.outbox")
+
+
+class _LostRace(Exception):
+    """An optimistic duplicate lost on the outbox primary key."""
+
+
+class OutboxStrategy:
+    def __init__(
+        self, pipeline: Pipeline, pool: asyncpg.Pool, storage: OutboxStorage,
+        settings: OutboxSettings,
+    ) -> None:
+        self._pipeline = pipeline
+        self._pool = pool
+        self._storage = storage
+        self._settings = settings
+        self.handler_runs = 0
+        self.duplicates = 0
+
+    async def receive_round(self, connection: asyncpg.Connection) -> Round:
+        pipeline = self._pipeline
+        transaction = connection.transaction()
+        await transaction.start()
+        received = None
+        try:
+            received = await receiving.receive(connection, pipeline.local_address)
+            if received is None:
+                await transaction.commit()
+                return EMPTY
+            pipeline.bind_log_context(received)
+            if isinstance(received, PoisonMessage):
+                await pipeline.move_poison_to_error_queue(connection, received)
+                await transaction.commit()
+                return Round(taken=1, failed=1)
+            decision = pipeline.pending_decision(received)
+            if decision is not None:
+                await pipeline.apply_decision(connection, received, decision)
+                await transaction.commit()
+                return Round(taken=1, failed=1)
+            message_id = received.message_id
+            dispatched = await connection.fetchval(self._storage.sql["exists"], message_id)
+            if dispatched is None:
+                await self._run_handlers(received)
+            else:
+                self.duplicates += 1
+                log.info("outbox_duplicate", dispatched=dispatched)
+            await self._dispatch(connection, message_id)
+            await transaction.commit()
+            pipeline.failures.forget(received.native_id)
+            return Round(taken=1, handled=1)
+        except Exception as exc:
+            await _rollback_quietly(transaction)
+            if (received is None or isinstance(received, PoisonMessage)
+                    or isinstance(exc, RecoverabilityFailedError)):
+                raise
+            pipeline.record_failure(received, exc)
+            return Round(taken=1, failed=1)
+        except BaseException:
+            await _rollback_quietly(transaction)
+            raise
+
+    async def _run_handlers(self, message: TransportMessage) -> None:
+        """The business transaction: handlers and the outbox record commit together."""
+        sql = self._storage.sql
+        message_id = message.message_id
+        async with self._pool.acquire() as business:
+            try:
+                async with business.transaction(isolation=self._settings.isolation):
+                    if self._settings.pessimistic:
+                        status = await business.execute(
+                            sql["begin_pessimistic"], message_id, PERSISTENCE_VERSION
+                        )
+                        if status.endswith(" 0"):  # a duplicate committed first
+                            self.duplicates += 1
+                            log.info("outbox_duplicate", concurrency="pessimistic")
+                            return
+                    collected = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
+                    context = HandlerContext(
+                        message=message, endpoint=self._pipeline.endpoint,
+                        local_address=self._pipeline.local_address, dispatcher=collected,
+                        connection=business,
+                    )
+                    self.handler_runs += 1
+                    await self._pipeline.handle(message, context)
+                    operations = [operation_of(a, m) for a, m in collected.pending]
+                    operations += [delayed_operation_of(d) for d in collected.pending_delayed]
+                    if self._settings.pessimistic:
+                        await business.execute(sql["complete_pessimistic"], message_id,
+                                               encode_operations(operations))
+                    else:
+                        try:
+                            await business.execute(sql["store"], message_id, PERSISTENCE_VERSION,
+                                                   encode_operations(operations))
+                        except asyncpg.UniqueViolationError as exc:
+                            raise _LostRace() from exc
+            except _LostRace:
+                self.duplicates += 1
+                log.info("outbox_duplicate", concurrency="optimistic")
+
+    async def _dispatch(self, connection: asyncpg.Connection, message_id: str) -> None:
+        """Dispatch a stored record's operations and mark it dispatched, once."""
+        row = await connection.fetchrow(self._storage.sql["lock_for_dispatch"], message_id)
+        if row is None or row["dispatched"]:
+            return
+        by_queue: dict[QueueAddress, list[OutgoingMessage]] = defaultdict(list)
+        schema = self._pipeline.local_address.schema
+        for operation in decode_operations(row["operations"]):
+            address = parse_address(operation.destination, schema)
+            outgoing = OutgoingMessage(
+                message_id=operation.message_id, headers=operation.headers,
+                body=operation.body, time_to_be_received=operation.time_to_be_received,
+            )
+            if operation.due is None:
+                by_queue[address].append(outgoing)
+                continue
+            store = self._pipeline.delayed_store
+            assert store is not None, "delayed operations need a delayed-message store"
+            due = dt.datetime.fromisoformat(operation.due)
+            await store.store(connection, as_delayed(address, outgoing, due))
+        for address, messages in by_queue.items():
+            await sending.send_many(connection, address, messages)
+        await connection.execute(self._storage.sql["set_dispatched"], message_id)
+

@@ -1,0 +1,187 @@
+"""The outbox against a real PostgreSQL, driven through its receive strategy (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+
+import asyncpg
+import pytest
+
+from endpoint_runtime import ConfigurationError, Endpoint, TransactionMode
+from endpoint_runtime.messages import Headers, TransportMessage
+from endpoint_runtime.outbox import OutboxCleaner
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.settings import OutboxSettings
+from endpoint_runtime.transactions.outbox import OutboxStrategy
+from endpoint_runtime.transport import PostgresTransport
+from tests.support.outbox_endpoints import PayInvoice
+from tests.support.outbox_endpoints import optimistic as optimistic_endpoint
+from tests.support.outbox_endpoints import pessimistic as pessimistic_endpoint
+
+
+async def prepare(transport: PostgresTransport, endpoint: Endpoint) -> OutboxStrategy:
+    for queue in (endpoint.name, "ledger", "handler_runs", "error", "client"):
+        await transport.create_queue(queue)
+    await transport.pool.execute("CREATE TABLE IF NOT EXISTS paid_invoices (invoice text)")
+    async with transport.pool.acquire() as connection:
+        assert endpoint.outbox_storage is not None
+        await endpoint.outbox_storage.setup(connection)
+        await endpoint.outbox_storage.setup(connection)  # idempotent
+        assert endpoint.delayed_store is not None
+        await endpoint.delayed_store.setup_infrastructure(connection)
+    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
+                                        endpoint.settings)
+    assert isinstance(strategy, OutboxStrategy)
+    return strategy
+
+
+async def send_duplicates(transport: PostgresTransport, queue: str, copies: int,
+                          pause: float = 0.0, reply_to: str | None = None) -> None:
+    """``copies`` rows (each its own row id) that carry one and the same message id: what
+    a sender that retried, or a transport that redelivered, leaves in a queue."""
+    message_id = str(uuid.uuid4())
+    for _ in range(copies):
+        await transport.send(queue, create_outgoing(
+            PayInvoice("inv-1", pause), reply_to=reply_to,
+            headers={Headers.MESSAGE_ID: message_id}))
+
+
+async def drain(transport: PostgresTransport, strategy: OutboxStrategy) -> None:
+    async with transport.pool.acquire() as connection:
+        while (await strategy.receive_round(connection)).taken:
+            pass
+
+
+async def counts(transport: PostgresTransport) -> tuple[int, int, int]:
+    payments = await transport.pool.fetchval("SELECT count(*) FROM paid_invoices")
+    return payments, await transport.depth("ledger"), await transport.depth("handler_runs")
+
+
+def test_outbox_needs_receive_only_mode() -> None:
+    with pytest.raises(ConfigurationError, match="RECEIVE_ONLY"):
+        Endpoint("atomic").enable_outbox()
+    with pytest.raises(ConfigurationError, match="isolation"):
+        Endpoint("x", transaction_mode=TransactionMode.RECEIVE_ONLY).enable_outbox(
+            isolation="dirty")
+
+
+async def test_the_same_message_twice_in_a_row_runs_handlers_once(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport, optimistic_endpoint)
+    await send_duplicates(transport, "payments", 2, reply_to="client")
+
+    await drain(transport, strategy)
+
+    assert await counts(transport) == (1, 1, 1)  # ledger: the send (the delayed one waits)
+    assert await transport.depth("client") == 1  # the reply, once
+    assert strategy.duplicates == 1
+    async with transport.pool.acquire() as connection:
+        due = await optimistic_endpoint.delayed_store.next_due_in(connection)  # type: ignore[union-attr]
+    assert due is not None  # the delayed send went to the store, once
+    assert await transport.pool.fetchval('SELECT count(*) FROM "payments.delayed"') == 1
+    record = await transport.pool.fetchrow(
+        'SELECT dispatched, dispatched_at, operations FROM "payments_OutboxData"')
+    assert record["dispatched"] is True
+    assert record["dispatched_at"] is not None
+    assert record["operations"] is None
+
+
+@pytest.mark.parametrize(("endpoint", "max_runs"),
+                         [(optimistic_endpoint, 2), (pessimistic_endpoint, 1)])
+async def test_concurrent_duplicates_write_and_dispatch_once(
+    transport: PostgresTransport, endpoint: Endpoint, max_runs: int
+) -> None:
+    strategy = await prepare(transport, endpoint)
+    await send_duplicates(transport, endpoint.name, 2, pause=0.3)
+
+    async def one_round() -> None:
+        async with transport.pool.acquire() as connection:
+            await strategy.receive_round(connection)
+
+    await asyncio.gather(one_round(), one_round())  # both copies in flight at once
+    await drain(transport, strategy)
+
+    payments, ledger, runs = await counts(transport)
+    assert (payments, ledger) == (1, 1)
+    if max_runs == 1:
+        assert runs == 1  # pessimistic: the duplicate blocked and never ran the body
+    else:
+        assert runs == 2  # optimistic: both bodies ran, the loser rolled back its writes
+    assert strategy.duplicates == 1
+
+
+async def test_record_committed_but_not_dispatched_is_dispatched_on_redelivery(
+    transport: PostgresTransport,
+) -> None:
+    """What a process that dies between the business commit and the dispatch leaves behind."""
+    strategy = await prepare(transport, optimistic_endpoint)
+    await send_duplicates(transport, "payments", 1)
+    async with transport.pool.acquire() as connection:
+        transaction = connection.transaction()
+        await transaction.start()
+        from endpoint_runtime.transport import receiving
+
+        received = await receiving.receive(connection, optimistic_endpoint.address)
+        assert isinstance(received, TransportMessage)
+        await strategy._run_handlers(received)  # the business transaction commits
+        await transaction.rollback()  # ... and the process dies: the receive rolls back
+    assert await counts(transport) == (1, 0, 1)
+    assert await transport.depth("payments") == 1
+
+    await drain(transport, strategy)
+
+    assert await counts(transport) == (1, 1, 1)  # dispatched now; the body did not run again
+    assert strategy.handler_runs == 1
+
+
+async def test_cleanup_removes_only_old_dispatched_records_in_batches(
+    transport: PostgresTransport,
+) -> None:
+    await prepare(transport, optimistic_endpoint)
+    storage = optimistic_endpoint.outbox_storage
+    assert storage is not None
+    table = storage.table.qualified
+    await transport.pool.execute(f"""
+        INSERT INTO {table} (message_id, dispatched, dispatched_at, persistence_version)
+        SELECT 'old-' || i, true, now() - interval '8 days', 'v' FROM generate_series(1, 25) i;
+        INSERT INTO {table} (message_id, dispatched, dispatched_at, persistence_version)
+        VALUES ('recent', true, now() - interval '1 day', 'v');
+        INSERT INTO {table} (message_id, dispatched, persistence_version, operations)
+        VALUES ('pending', false, 'v', '[]')""")
+    settings = OutboxSettings(cleanup_batch_size=10)
+    cleaner = OutboxCleaner(storage, transport.pool, settings, lambda m, e: None)
+
+    assert await cleaner.clean_once() == 25
+    left = await transport.pool.fetch(f"SELECT message_id FROM {table} ORDER BY 1")
+    assert [r["message_id"] for r in left] == ["pending", "recent"]
+
+
+async def test_only_one_instance_cleans_at_a_time(transport: PostgresTransport) -> None:
+    await prepare(transport, optimistic_endpoint)
+    storage = optimistic_endpoint.outbox_storage
+    assert storage is not None
+    cleaner = OutboxCleaner(storage, transport.pool, OutboxSettings(), lambda m, e: None)
+    holder: asyncpg.Connection
+    async with transport.pool.acquire() as holder:
+        await holder.execute("SELECT pg_advisory_lock($1)", storage.lock_key)
+        assert await cleaner.clean_once() is None  # another instance is cleaning
+        await holder.execute("SELECT pg_advisory_unlock($1)", storage.lock_key)
+    assert await cleaner.clean_once() == 0
+
+
+async def test_outbox_reply_and_delayed_send_keep_their_headers(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport, optimistic_endpoint)
+    await send_duplicates(transport, "payments", 1, reply_to="client")
+    await drain(transport, strategy)
+    reply = await transport.receive("client")
+    assert isinstance(reply, TransportMessage)
+    assert reply.headers[Headers.MESSAGE_INTENT] == "Reply"
+    delayed = await transport.pool.fetchrow(
+        'SELECT due - now() AS wait, headers FROM "payments.delayed"')
+    assert delayed["wait"] <= timedelta(seconds=0.5)
+    assert Headers.DELIVER_AT in delayed["headers"]

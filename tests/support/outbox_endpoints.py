@@ -1,0 +1,50 @@
+"""Endpoints for the outbox tests (importable by path, as receivers need)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import msgspec
+
+from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+
+
+class PayInvoice(msgspec.Struct):
+    invoice: str
+    pause: float = 0.0
+
+
+class InvoicePaid(msgspec.Struct):
+    invoice: str
+
+
+class PaymentReminder(msgspec.Struct):
+    invoice: str
+
+
+def make(name: str, *, pessimistic: bool = False) -> Endpoint:
+    endpoint = Endpoint(name, transaction_mode=TransactionMode.RECEIVE_ONLY, immediate_retries=0,
+                        delayed_retries=0)
+    endpoint.enable_outbox(pessimistic=pessimistic)
+
+    @endpoint.handler
+    async def pay(message: PayInvoice, context: HandlerContext) -> None:
+        # Every run of the body is counted outside the business transaction.
+        await context.send(InvoicePaid(message.invoice), destination="handler_runs",
+                           immediate=True)
+        await context.connection.execute(
+            "INSERT INTO paid_invoices (invoice) VALUES ($1)", message.invoice)
+        if message.pause:
+            await asyncio.sleep(message.pause)
+        await context.send(InvoicePaid(message.invoice), destination="ledger")
+        await context.send(PaymentReminder(message.invoice), destination="ledger",
+                           delay=timedelta(seconds=0.5))
+        if context.headers.get("NServiceBus.ReplyToAddress"):
+            await context.reply(InvoicePaid(message.invoice))
+
+    return endpoint
+
+
+optimistic = make("payments")
+pessimistic = make("payments_p", pessimistic=True)
