@@ -45,7 +45,11 @@ SERVER_SETTINGS = (
 
 
 async def timed(connections: Sequence[asyncpg.Connection], worker: Worker) -> tuple[float, int]:
-    """Run one worker per connection concurrently.
+    """Run one worker per connection concurrently; only this is timed.
+
+    Args:
+        connections: Already acquired connections, one task each.
+        worker: What each task runs.
 
     Returns:
         Elapsed seconds and the number of messages the workers handled in total.
@@ -71,7 +75,13 @@ async def run_once(
 ) -> dict[str, Any]:
     """One run: send all messages on each side, then receive them all, in alternating order.
 
-    With ``aa`` both sides run the raw code (A/A calibration of the harness's noise).
+    Args:
+        connections: The concurrent tasks' connections.
+        admin: A separate connection for DDL, checkpoints and row counts (never timed).
+        workload: The messages to send on each side.
+        label: Suffix of this run's queue table names.
+        raw_first: Whether raw goes first in both phases (else ours does).
+        aa: Run the raw code on both sides (A/A calibration of the harness's noise).
 
     Returns:
         Messages per second and seconds of each side and phase, and the ratios.
@@ -123,7 +133,18 @@ async def server_facts(admin: asyncpg.Connection) -> dict[str, Any]:
 async def benchmark(
     dsn: str, messages: int, concurrency: int, runs: int, aa: bool = False
 ) -> dict[str, Any]:
-    """Warm up, then do ``runs`` runs in a throwaway database; return the assembled result."""
+    """Warm up, then do ``runs`` runs in a throwaway database.
+
+    Args:
+        dsn: The server (any database on it); ``""`` for the libpq environment.
+        messages: Messages per run and side.
+        concurrency: Concurrent tasks, one pooled connection each.
+        runs: Measured runs; even runs put raw first, odd ones ours.
+        aa: Run the raw code on both sides.
+
+    Returns:
+        The headline figures, the per-run figures and the server's facts.
+    """
     workload = build_workload(messages)
     async with throwaway_database(dsn) as database:
         admin = await asyncpg.connect(dsn or None, database=database)
@@ -180,7 +201,15 @@ async def benchmark(
 
 
 def headline(per_run: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Medians over runs, ratios of medians, medians of per-run ratios, and the spread."""
+    """Medians over runs, ratios of medians, medians of per-run ratios, and the spread.
+
+    Args:
+        per_run: The figures of each run, as :func:`run_once` returns them.
+
+    Returns:
+        ``send_per_s``, ``raw_send_per_s``, ``send_ratio`` (ours / raw of the medians),
+        ``send_ratio_paired_median``, the same for receive, and ``spread``.
+    """
     result: dict[str, Any] = {}
     spread: dict[str, dict[str, float]] = {}
     for phase in PHASES:
@@ -198,6 +227,14 @@ def headline(per_run: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """Parse the command line and fill in the mode's defaults.
+
+    Args:
+        argv: Arguments without the program name; ``None`` for ``sys.argv[1:]``.
+
+    Returns:
+        The arguments, with ``messages``, ``concurrency`` and ``runs`` always set.
+    """
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.transport",
         description="Send and receive throughput of endpoint_runtime's transport against a "
@@ -238,7 +275,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; print the result JSON as the last line of stdout."""
+    """Run the benchmark; print the result JSON as the last line of stdout.
+
+    Args:
+        argv: Arguments without the program name; ``None`` for ``sys.argv[1:]``.
+
+    Returns:
+        The process exit status.
+    """
     args = parse_args(argv)
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=sys.stderr))
     started = datetime.now(UTC)

@@ -74,7 +74,16 @@ def build_workload(count: int) -> Workload:
 
 
 def send_worker(side: str, address: QueueAddress, workload: Workload) -> Worker:
-    """A worker that sends until the shared supply of messages is used up."""
+    """A worker that sends until the supply shared by all workers of the phase is used up.
+
+    Args:
+        side: ``"ours"`` (``sending.send``) or ``"raw"`` (``connection.execute``).
+        address: The side's queue.
+        workload: The messages; each worker takes the next one from one shared iterator.
+
+    Returns:
+        A coroutine function of a connection that returns how many messages it sent.
+    """
     if side == "ours":
         messages = iter(workload.outgoing)
 
@@ -100,7 +109,16 @@ def send_worker(side: str, address: QueueAddress, workload: Workload) -> Worker:
 
 
 def receive_worker(side: str, address: QueueAddress) -> Worker:
-    """A worker that receives, one transaction per message, until the queue is empty."""
+    """A worker that receives, one transaction per message, until the queue is empty.
+
+    Args:
+        side: ``"ours"`` (``receiving.receive``) or ``"raw"`` (``connection.fetchrow`` and a
+            msgspec decode of the headers into ``dict[str, str]``).
+        address: The side's queue.
+
+    Returns:
+        A coroutine function of a connection that returns how many messages it received.
+    """
     if side == "ours":
 
         async def ours(connection: asyncpg.Connection) -> int:
