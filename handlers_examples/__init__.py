@@ -1,1 +1,14 @@
-"""Example endpoints: sales -> billing -> shipping."""
+"""Example endpoints: an order flow sales -> billing -> shipping -> notifications.
+
+===============  ==========================================  ==================================
+module           transaction mode                            shows
+===============  ==========================================  ==================================
+sales            SENDS_ATOMIC_WITH_RECEIVE                   business row + send + reply in one
+                                                             transaction; unrecoverable errors
+billing          RECEIVE_ONLY                                sends leave at once (ghosts)
+shipping         SENDS_ATOMIC_WITH_RECEIVE, batch_size=10    batched receive; immediate retries
+notifications    NONE                                        at-most-once, fire-and-forget
+===============  ==========================================  ==================================
+
+``python -m handlers_examples`` (``bin/dev examples``) runs them all end to end.
+"""

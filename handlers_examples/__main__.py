@@ -1,31 +1,322 @@
-"""Main job (placeholder until the Ray runtime lands): create the example queues on the
-embedded database, send one message, receive it, and print what happened."""
+"""Main job: run the example order flow end to end and print what happened.
+
+    python -m handlers_examples [--orders 50] [--timeout 120] [--invalid-orders 1]
+
+Creates the business tables, starts the four example endpoints on Ray (sales, billing, shipping,
+notifications), sends PlaceOrder messages to sales (plus invalid ones that must end in the error
+queue), waits until every valid order is shipped, prints a summary and stops the endpoints
+gracefully. Exit status: 0 when the flow completed, 1 when it did not within the timeout, 2 on
+a configuration or database error, 130 when SIGINT/SIGTERM cut the wait short (the endpoints
+are still stopped gracefully and the summary printed).
+
+Re-runnable: each run uses fresh order ids (``<run id>-00001``...) and counts only its own rows
+and replies; the error queue is reported as "added by this run".
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
+import signal
+import sys
+import time
+import uuid
+from decimal import Decimal
 
 import msgspec
 
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.transport import PostgresTransport
+from endpoint_runtime import (
+    EndpointDeployment,
+    EndpointRuntimeError,
+    PostgresTransport,
+    Sender,
+    TransportSettings,
+    load_settings,
+)
+from endpoint_runtime.actors.peeker import DeploymentStatus
+from endpoint_runtime.logging import configure_logging
+from endpoint_runtime.messages import TransportMessage
+from handlers_examples.messages import OrderReceived, PlaceOrder
+from handlers_examples.schema import count_rows, create_tables
+
+ENDPOINTS = {
+    "sales": "handlers_examples.sales:endpoint",
+    "billing": "handlers_examples.billing:endpoint",
+    "shipping": "handlers_examples.shipping:endpoint",
+    "notifications": "handlers_examples.notifications:endpoint",
+}
+CLIENT_QUEUE = "examples_client"
+"""The sending client's own queue: sales replies OrderReceived there."""
+ERROR_QUEUE = "error"
+PRODUCTS = (("keyboard", "49.90"), ("mouse", "19.95"), ("monitor", "229.00"),
+            ("headset", "79.50"), ("webcam", "64.99"))
+SEND_CONCURRENCY = 10
 
 
-class PlaceOrder(msgspec.Struct):
-    order_id: str
-    amount: float
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m handlers_examples",
+        description="Run the example endpoints (sales -> billing -> shipping -> notifications) "
+        "end to end on PostgreSQL and Ray.",
+    )
+    parser.add_argument("--orders", type=int, default=50, help="valid orders to place (50)")
+    parser.add_argument("--invalid-orders", type=int, default=1,
+                        help="invalid orders to place; each must end in the error queue (1)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds to wait for the flow to complete (120)")
+    args = parser.parse_args(argv)
+    if args.orders < 1 or args.invalid_orders < 0 or args.timeout <= 0:
+        parser.error("--orders must be at least 1, --invalid-orders at least 0, --timeout > 0")
+    return args
 
 
-async def main() -> None:
-    async with PostgresTransport.connect() as transport:
-        for queue in ("sales", "billing", "shipping", "error"):
-            await transport.create_queue(queue)
-        sent = create_outgoing(PlaceOrder("order-1", 42.0), originating_endpoint="examples")
-        await transport.send("sales", sent)
-        print(f"sent {sent.message_id} to sales (depth now {await transport.depth('sales')})")
-        received = await transport.receive("sales")
-        print(f"received {received}")
+def make_orders(run_id: str, count: int) -> list[PlaceOrder]:
+    orders = []
+    for i in range(1, count + 1):
+        product, price = PRODUCTS[i % len(PRODUCTS)]
+        orders.append(PlaceOrder(
+            order_id=f"{run_id}-{i:05d}", customer=f"customer-{i % 7 + 1}",
+            product=product, quantity=i % 3 + 1, unit_price=Decimal(price),
+        ))
+    return orders
+
+
+def make_invalid_orders(run_id: str, count: int) -> list[PlaceOrder]:
+    return [
+        PlaceOrder(order_id=f"{run_id}-invalid-{i}", customer="customer-0", product="keyboard",
+                   quantity=0, unit_price=Decimal("49.90"))
+        for i in range(1, count + 1)
+    ]
+
+
+class Progress(msgspec.Struct):
+    orders: int = 0
+    invoices: int = 0
+    shipments: int = 0
+    replies: int = 0
+    errors_added: int = 0
+    notifications_waiting: int = 0
+
+
+class Client:
+    """The sending side: places orders and receives sales' replies from its own queue."""
+
+    def __init__(self, transport: PostgresTransport, order_ids: list[str]) -> None:
+        self.transport = transport
+        self.order_ids = set(order_ids)
+        self.replied: set[str] = set()
+
+    async def receive_replies(self) -> int:
+        """Take every reply waiting in the client queue; count those of this run's orders
+        (a reply to an order of an earlier, interrupted run is read and dropped)."""
+        while (received := await self.transport.receive(CLIENT_QUEUE)) is not None:
+            if not isinstance(received, TransportMessage):
+                continue  # headers that do not parse: not a reply of ours
+            with contextlib.suppress(msgspec.DecodeError):
+                reply = msgspec.json.decode(received.body, type=OrderReceived)
+                if reply.order_id in self.order_ids:
+                    self.replied.add(reply.order_id)
+        return len(self.replied)
+
+
+async def observe(client: Client, errors_before: int) -> Progress:
+    transport = client.transport
+    rows = await count_rows(transport.pool, list(client.order_ids))
+    return Progress(
+        orders=rows["orders"], invoices=rows["invoices"], shipments=rows["shipments"],
+        replies=await client.receive_replies(),
+        errors_added=await transport.depth(ERROR_QUEUE) - errors_before,
+        notifications_waiting=await transport.depth("notifications"),
+    )
+
+
+async def run(args: argparse.Namespace) -> int:
+    configure_logging()
+    settings = load_settings(TransportSettings)
+    print("== endpoint_runtime examples: sales -> billing -> shipping -> notifications", flush=True)
+    async with PostgresTransport.connect(settings) as transport:
+        # Resolved once (embedded server started if needed); the sender reuses it.
+        settings = msgspec.structs.replace(settings, dsn=transport.dsn)
+        async with transport.pool.acquire() as connection:
+            await create_tables(connection)
+        client_queue = await transport.create_queue(CLIENT_QUEUE)
+        await transport.purge(client_queue)
+
+        deployments: dict[str, EndpointDeployment] = {}
+        finals: dict[str, DeploymentStatus] = {}
+        sender = Sender("examples-client", settings, local_address=client_queue)
+        try:
+            startup = time.monotonic()
+            await start_all(deployments)
+            # From here on SIGINT/SIGTERM end the wait early: the endpoints are still stopped
+            # gracefully and the summary printed. (Installed after start: Ray puts its own
+            # SIGTERM handler in place when it starts.)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            startup = time.monotonic() - startup
+            print(f"started {len(deployments)} endpoints in {startup:.1f} s", flush=True)
+
+            errors_before = await transport.depth(ERROR_QUEUE)
+            run_id = uuid.uuid4().hex[:8]
+            orders = make_orders(run_id, args.orders)
+            invalid = make_invalid_orders(run_id, args.invalid_orders)
+            order_ids = [o.order_id for o in orders]
+
+            began = time.monotonic()
+            await send_all(sender, [*orders, *invalid])
+            sent_in = time.monotonic() - began
+            print(f"run {run_id}: sent {len(orders)} orders and {len(invalid)} invalid "
+                  f"order(s) to sales in {sent_in:.2f} s", flush=True)
+
+            client = Client(transport, order_ids)
+            progress = await wait_for_flow(client, deployments, errors_before, args, stop)
+            elapsed = time.monotonic() - began
+            complete = flow_complete(progress, args)
+        finally:
+            await sender.close()
+            stopped = await asyncio.gather(
+                *(d.stop() for d in deployments.values()), return_exceptions=True
+            )
+            for name, result in zip(deployments, stopped, strict=True):
+                if isinstance(result, DeploymentStatus):
+                    finals[name] = result
+                else:
+                    print(f"stopping {name} failed: {result!r}", file=sys.stderr)
+        errors_total = await transport.depth(ERROR_QUEUE)
+
+    print_summary(args, progress, finals, elapsed, errors_total, complete, stop.is_set())
+    if stop.is_set():
+        return 130
+    return 0 if complete else 1
+
+
+async def start_all(deployments: dict[str, EndpointDeployment]) -> None:
+    """Start the endpoints side by side (each waits for its actors' processes to start).
+
+    Endpoints that started are put in ``deployments`` even if another fails, so they get
+    stopped.
+    """
+    results = await asyncio.gather(
+        *(EndpointDeployment.start(path) for path in ENDPOINTS.values()), return_exceptions=True
+    )
+    for name, result in zip(ENDPOINTS, results, strict=True):
+        if isinstance(result, EndpointDeployment):
+            deployments[name] = result
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
+
+
+async def send_all(sender: Sender, messages: list[PlaceOrder]) -> None:
+    """Send concurrently, at most SEND_CONCURRENCY at a time (one pooled connection each)."""
+    limit = asyncio.Semaphore(SEND_CONCURRENCY)
+
+    async def send(message: PlaceOrder) -> None:
+        async with limit:
+            await sender.send(message, destination="sales")
+
+    await asyncio.gather(*(send(m) for m in messages))
+
+
+def flow_complete(progress: Progress, args: argparse.Namespace) -> bool:
+    return (
+        progress.shipments == args.orders
+        and progress.replies == args.orders
+        and progress.errors_added >= args.invalid_orders
+        and progress.notifications_waiting == 0
+    )
+
+
+async def wait_for_flow(
+    client: Client, deployments: dict[str, EndpointDeployment], errors_before: int,
+    args: argparse.Namespace, stop: asyncio.Event,
+) -> Progress:
+    """Poll the business tables until every order is shipped; a progress line each second
+    (with each endpoint's running receivers, so that a stall shows where it is)."""
+    began = time.monotonic()
+    deadline = began + args.timeout
+    last_line = began
+    n = args.orders
+    while True:
+        progress = await observe(client, errors_before)
+        now = time.monotonic()
+        if flow_complete(progress, args) or now >= deadline or stop.is_set():
+            break
+        if now - last_line >= 1.0:
+            last_line = now
+            statuses = await asyncio.gather(*(d.status() for d in deployments.values()))
+            receivers = " ".join(f"{s.endpoint}={len(s.receivers)}" for s in statuses)
+            print(f"  {now - began:5.1f} s  orders {progress.orders}/{n}  invoices "
+                  f"{progress.invoices}/{n}  shipments {progress.shipments}/{n}  "
+                  f"error queue +{progress.errors_added}  receivers {receivers}", flush=True)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=0.1)
+    return progress
+
+
+def print_summary(
+    args: argparse.Namespace, progress: Progress, finals: dict[str, DeploymentStatus],
+    elapsed: float, errors_total: int, complete: bool, interrupted: bool,
+) -> None:
+    n = args.orders
+    handled = progress.orders + progress.invoices + progress.shipments
+    print()
+    print("== summary")
+    print(f"orders     {progress.orders:6d} / {n}   (table orders, this run)")
+    print(f"invoices   {progress.invoices:6d} / {n}   (table invoices)")
+    print(f"shipments  {progress.shipments:6d} / {n}   (table shipments)")
+    print(f"replies    {progress.replies:6d} / {n}   (OrderReceived, received by the client from "
+          f"queue {CLIENT_QUEUE})")
+    until = "every order was shipped" if complete else (
+        "the interruption" if interrupted else "the timeout")
+    print(f"took       {elapsed:6.2f} s from the first send until {until}: "
+          f"{progress.shipments / elapsed:.1f} orders/s, {handled / elapsed:.1f} messages/s "
+          "(sales + billing + shipping)")
+    print()
+    print(f"{'endpoint':<14}{'mode':<38}{'processed':>10}{'failed':>8}{'to error':>10}"
+          f"{'receivers':>11}")
+    for name, status in finals.items():
+        mode = _mode_of(name)
+        failed = sum(r.failed for r in status.receivers)
+        moved = sum(r.moved_to_error for r in status.receivers)
+        print(f"{name:<14}{mode:<38}{status.processed:>10}{failed:>8}{moved:>10}"
+              f"{len(status.receivers):>11}")
+    print("  (failed = failed attempts: shipping's simulated carrier timeouts are retried, "
+          "sales' invalid orders are not)")
+    print()
+    print(f"error queue: +{progress.errors_added} this run (expected {args.invalid_orders}, "
+          f"the invalid orders); {errors_total} message(s) in it in total")
+    if complete:
+        print(f"OK: all {n} orders went through sales -> billing -> shipping -> notifications")
+    elif interrupted:
+        print("INTERRUPTED: the endpoints were stopped before the flow completed")
+    else:
+        print(f"FAILED: the flow did not complete within {args.timeout:g} s "
+              "(the log on stderr says why; the counts above say where it stopped)")
+
+
+def _mode_of(name: str) -> str:
+    from endpoint_runtime import load_endpoint
+
+    settings = load_endpoint(ENDPOINTS[name]).settings
+    mode = settings.mode.value
+    return f"{mode} (batch {settings.batch_size})" if settings.batch_size > 1 else mode
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return asyncio.run(run(args))
+    except EndpointRuntimeError as exc:
+        print(f"examples: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("examples: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(main())

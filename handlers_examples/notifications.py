@@ -1,0 +1,27 @@
+"""Notifications: tells customers their parcel is on its way. Mode NONE.
+
+The message is deleted (committed) before the handler runs: no transaction is held open while
+the e-mail goes out, and no retries. If the handler fails, the notification is not retried; a
+copy goes to the error queue so it is not lost from sight. That is at-most-once delivery,
+right for a fire-and-forget courtesy e-mail, wrong for money.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from handlers_examples.messages import OrderShipped
+
+log = structlog.get_logger("handlers_examples.notifications")
+
+endpoint = Endpoint("notifications", transaction_mode=TransactionMode.NONE, max_concurrency=4)
+
+
+@endpoint.handler
+async def email_customer(message: OrderShipped, context: HandlerContext) -> None:
+    # A real endpoint would call a mail service here; debug level keeps the example quiet.
+    log.debug(
+        "shipping_email_sent",
+        customer=message.customer, order_id=message.order_id, carrier=message.carrier,
+    )

@@ -1,0 +1,63 @@
+"""Sales: takes orders. Mode SENDS_ATOMIC_WITH_RECEIVE.
+
+The order row, the OrderAccepted to billing, the reply to the customer's client and the
+removal of PlaceOrder from the queue commit as one transaction: either the order exists and
+billing hears of it, or neither happened and PlaceOrder is retried.
+
+Run it on its own with ``endpoint-runtime run handlers_examples.sales:endpoint``.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+from endpoint_runtime import Endpoint, HandlerContext, Headers, TransactionMode
+from handlers_examples.messages import OrderAccepted, OrderReceived, PlaceOrder
+
+log = structlog.get_logger("handlers_examples.sales")
+
+PRODUCTS = frozenset({"keyboard", "mouse", "monitor", "headset", "webcam"})
+
+
+class InvalidOrder(Exception):
+    """The order can never succeed: retrying is pointless, it goes straight to the error
+    queue (listed in ``unrecoverable_exceptions`` below)."""
+
+
+endpoint = Endpoint(
+    "sales",
+    transaction_mode=TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
+    max_concurrency=4,
+    unrecoverable_exceptions=(InvalidOrder,),
+)
+
+
+@endpoint.handler
+async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
+    if message.quantity < 1:
+        raise InvalidOrder(f"order {message.order_id}: quantity must be positive")
+    if message.product not in PRODUCTS:
+        raise InvalidOrder(f"order {message.order_id}: unknown product {message.product!r}")
+    amount = message.unit_price * message.quantity
+    # Written in the receive transaction: commits with the sends below, or not at all.
+    # ON CONFLICT makes a redelivered PlaceOrder harmless (at-least-once delivery).
+    inserted = await context.connection.fetchval(
+        """
+        INSERT INTO orders (order_id, customer, product, quantity, amount)
+        VALUES ($1, $2, $3, $4, $5)
+        ON CONFLICT (order_id) DO NOTHING
+        RETURNING true
+        """,
+        message.order_id, message.customer, message.product, message.quantity, amount,
+    )
+    if not inserted:
+        log.info("duplicate_order_ignored", order_id=message.order_id)
+        return
+    await context.send(
+        OrderAccepted(order_id=message.order_id, customer=message.customer, amount=amount),
+        destination="billing",
+    )
+    # A client that gave a ReplyToAddress (a Sender with a queue of its own) gets an answer;
+    # one-way senders such as `endpoint-runtime send` do not.
+    if context.headers.get(Headers.REPLY_TO_ADDRESS):
+        await context.reply(OrderReceived(order_id=message.order_id, amount=amount))

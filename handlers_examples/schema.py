@@ -1,0 +1,61 @@
+"""Business tables of the examples (idempotent, safe to run from several processes at once).
+
+The handlers write these tables through ``context.connection``, i.e. in the transaction that
+received the message, so a row exists exactly when its message was consumed.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+# Concurrent CREATE TABLE IF NOT EXISTS can still collide on pg_type; one lock serialises it.
+_LOCK_KEY = 0x6578616D_706C6573  # "examples"
+
+TABLES = ("orders", "invoices", "shipments")
+
+_DDL = """
+CREATE TABLE IF NOT EXISTS orders (
+    order_id    text PRIMARY KEY,
+    customer    text NOT NULL,
+    product     text NOT NULL,
+    quantity    integer NOT NULL CHECK (quantity > 0),
+    amount      numeric(12, 2) NOT NULL,
+    accepted_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS invoices (
+    invoice_id  uuid PRIMARY KEY,
+    order_id    text NOT NULL UNIQUE,
+    customer    text NOT NULL,
+    amount      numeric(12, 2) NOT NULL,
+    billed_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS shipments (
+    shipment_id uuid PRIMARY KEY,
+    order_id    text NOT NULL UNIQUE,
+    carrier     text NOT NULL,
+    shipped_at  timestamptz NOT NULL DEFAULT now()
+);
+"""
+
+
+async def create_tables(connection: asyncpg.Connection) -> None:
+    """Create ``orders``, ``invoices`` and ``shipments`` if they do not exist yet."""
+    async with connection.transaction():
+        await connection.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
+        await connection.execute(_DDL)
+
+
+async def count_rows(
+    connection: asyncpg.Connection | asyncpg.Pool, order_ids: list[str]
+) -> dict[str, int]:
+    """Rows of each business table that belong to the given orders."""
+    row = await connection.fetchrow(
+        """
+        SELECT (SELECT count(*) FROM orders    WHERE order_id = ANY($1::text[])) AS orders,
+               (SELECT count(*) FROM invoices  WHERE order_id = ANY($1::text[])) AS invoices,
+               (SELECT count(*) FROM shipments WHERE order_id = ANY($1::text[])) AS shipments
+        """,
+        order_ids,
+    )
+    assert row is not None
+    return dict(row)
