@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import typing
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -85,16 +86,50 @@ S = TypeVar("S", bound=msgspec.Struct)
 
 
 def settings_from_env(
-    settings_type: type[msgspec.Struct], environ: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    """Fields of ``settings_type`` found as ``ENDPOINT_RUNTIME_<FIELD>`` variables."""
+    settings_type: type[msgspec.Struct],
+    environ: Mapping[str, str] | None = None,
+    prefix: str = ENV_PREFIX,
+) -> dict[str, Any]:
+    """Fields of ``settings_type`` found as ``ENDPOINT_RUNTIME_<FIELD>`` variables.
+
+    Nested settings read ``ENDPOINT_RUNTIME_<NESTED>_<FIELD>`` (e.g.
+    ``ENDPOINT_RUNTIME_OUTBOX_PESSIMISTIC``); an endpoint's ``transport`` also reads the plain
+    ``ENDPOINT_RUNTIME_<FIELD>`` names, so one variable configures endpoints and tools alike.
+    """
     env = os.environ if environ is None else environ
-    found = {}
-    for field in settings_type.__struct_fields__:
-        value = env.get(ENV_PREFIX + field.upper())
-        if value is not None:
-            found[field] = value
+    found: dict[str, Any] = {}
+    for field in msgspec.structs.fields(settings_type):
+        nested = _struct_type(field.type)
+        if nested is None:
+            value = env.get(prefix + field.name.upper())
+            if value is not None:
+                found[field.name] = value
+            continue
+        values = settings_from_env(nested, env, f"{prefix}{field.name.upper()}_")
+        if nested is TransportSettings and prefix == ENV_PREFIX:
+            values = {**settings_from_env(nested, env, ENV_PREFIX), **values}
+        if values:
+            found[field.name] = values
     return found
+
+
+def _struct_type(annotation: Any) -> type[msgspec.Struct] | None:
+    """The Struct type of a field annotated ``SomeStruct`` or ``SomeStruct | None``."""
+    candidates = typing.get_args(annotation) or (annotation,)
+    for candidate in candidates:
+        if isinstance(candidate, type) and issubclass(candidate, msgspec.Struct):
+            return candidate
+    return None
+
+
+def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _deep_merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def load_settings(
@@ -117,7 +152,7 @@ def load_settings(
             raise ConfigurationError(f"cannot read settings file {path}: {exc}") from exc
         section = document.get(table, {}) if table else document
         values.update(section)
-    values.update(settings_from_env(settings_type, environ))
+    values = _deep_merge(values, settings_from_env(settings_type, environ))
     values.update({k: v for k, v in overrides.items() if v is not None})
     try:
         # strict=False lets "0.5" from the environment become a float, "true" a bool.

@@ -55,6 +55,9 @@ class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
     delayed_dispatched: int = 0
     delayed_to_error: int = 0
     critical_error: str | None = None
+    retired_processed: int = 0
+    """Messages processed by receivers that were retired or died (their last status)."""
+    retired_failed: int = 0
 
     @property
     def in_flight(self) -> int:
@@ -62,7 +65,11 @@ class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def processed(self) -> int:
-        return sum(r.processed for r in self.receivers)
+        return self.retired_processed + sum(r.processed for r in self.receivers)
+
+    @property
+    def failed(self) -> int:
+        return self.retired_failed + sum(r.failed for r in self.receivers)
 
 
 class _Handle(msgspec.Struct, kw_only=True):
@@ -96,6 +103,13 @@ class Peeker:
         self._cleaner_task: asyncio.Task[None] | None = None
         self.critical_error: str | None = None
         self._halted = False
+        self._retired_processed = 0
+        self._retired_failed = 0
+
+    def _count_retired(self, last: ReceiverStatus | None) -> None:
+        if last is not None:
+            self._retired_processed += last.processed
+            self._retired_failed += last.failed
 
     def on_critical_error(self, message: str, exc: BaseException) -> None:
         """Default critical-error action: log it and, unless configured to only log, stop
@@ -210,8 +224,10 @@ class Peeker:
                     self.on_critical_error(result.critical_error,
                                            RuntimeError(result.critical_error))
             elif isinstance(result, ray.exceptions.RayActorError):
-                log.warning("receiver_died", receiver=handle.receiver_id, error=str(result)[:200])
+                log.warning("receiver_died", receiver=handle.receiver_id,
+                            error=_last_line(result))
                 self._receivers.remove(handle)
+                self._count_retired(handle.last)
                 self._replaced += 1
             else:
                 log.warning("receiver_status_failed", receiver=handle.receiver_id,
@@ -230,7 +246,8 @@ class Peeker:
             )
             for handle, result in zip(new, started, strict=True):
                 if isinstance(result, BaseException):
-                    log.error("receiver_start_failed", error=str(result)[:500])
+                    log.error("receiver_start_failed", error=_last_line(result),
+                              cause=repr(getattr(result, "cause", None))[:2000])
                     ray.kill(handle.actor, no_restart=True)
                 else:
                     self._receivers.append(handle)
@@ -279,8 +296,10 @@ class Peeker:
         )
 
     async def _retire(self, handle: _Handle) -> None:
+        final = handle.last
         with contextlib.suppress(ray.exceptions.RayActorError):
-            await _ref(handle.actor.drain.remote(self.settings.stop_timeout))
+            final = await _ref(handle.actor.drain.remote(self.settings.stop_timeout))
+        self._count_retired(final)
         ray.kill(handle.actor, no_restart=True)
         log.info("receiver_retired", receiver=handle.receiver_id)
 
@@ -306,6 +325,8 @@ class Peeker:
             delayed_dispatched=self._mover.dispatched if self._mover else 0,
             delayed_to_error=self._mover.moved_to_error if self._mover else 0,
             critical_error=self.critical_error,
+            retired_processed=self._retired_processed,
+            retired_failed=self._retired_failed,
         )
 
     async def receiver_pids(self) -> list[int]:
@@ -345,6 +366,12 @@ class Peeker:
             await self._pool.close()
         log.info("peeker_stopped")
         return self._status([s for s in final if isinstance(s, ReceiverStatus)])
+
+
+def _last_line(error: BaseException) -> str:
+    """Ray wraps errors in long tracebacks; the exception itself is at the end."""
+    lines = [line for line in str(error).strip().splitlines() if line.strip()]
+    return lines[-1][:1000] if lines else repr(error)
 
 
 async def _ref(object_ref: Any) -> Any:

@@ -118,7 +118,10 @@ async def purge_expired(
     statement = statements.for_queue(address)["purge_expired"]
     total = 0
     while True:
-        status: str = await connection.execute(statement, batch_size)
+        try:
+            status: str = await connection.execute(statement, batch_size)
+        except asyncpg.UndefinedTableError as exc:
+            raise QueueNotFoundError(str(address)) from exc
         deleted = int(status.rsplit(" ", 1)[-1])
         total += deleted
         if deleted < batch_size:

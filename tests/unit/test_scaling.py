@@ -36,6 +36,6 @@ def test_min_receivers_kept_even_when_idle() -> None:
 def test_allowances_never_sum_above_max_concurrency() -> None:
     assert allowances(3, 5, 2) == [2, 2, 1]
     assert allowances(4, 5, 2) == [2, 2, 1, 0]
-    for receivers in range(0, 10):
+    for receivers in range(10):
         for limit in range(1, 12):
             assert sum(allowances(receivers, limit, 3)) <= limit

@@ -54,3 +54,27 @@ def test_sql_blocks_parse_by_name() -> None:
     with pytest.raises(ValueError, match="twice"):
         sql.parse_blocks("-- a --\nx\n-- a --\ny")
     assert {"send", "receive", "peek", "purge_expired"} <= set(sql.load("queue.sql"))
+
+
+def test_endpoint_settings_read_nested_settings_from_file_and_environment(
+    tmp_path: Path,
+) -> None:
+    from endpoint_runtime.settings import EndpointSettings
+
+    path = tmp_path / "endpoint.toml"
+    path.write_text('[endpoint]\nmax_concurrency = 3\n[endpoint.transport]\nschema = "ops"\n'
+                    'peek_delay = 2.0\n')
+    env = {"ENDPOINT_RUNTIME_PEEK_DELAY": "0.5",
+           "ENDPOINT_RUNTIME_DELAYED_DELIVERY_BATCH_SIZE": "7",
+           "ENDPOINT_RUNTIME_BATCH_SIZE": "5"}
+
+    settings = load_settings(EndpointSettings, path=path, table="endpoint", environ=env)
+
+    assert settings.max_concurrency == 3
+    assert settings.transport.schema == "ops"  # from the file, kept beside the env value
+    assert settings.transport.peek_delay == 0.5
+    assert settings.delayed_delivery.batch_size == 7
+    assert settings.batch_size == 5
+    assert settings.outbox is None
+    code = load_settings(EndpointSettings, environ=env, transport=TransportSettings(schema="x"))
+    assert code.transport.schema == "x"
