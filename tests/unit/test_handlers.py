@@ -59,7 +59,7 @@ def test_invalid_registrations_fail_at_once() -> None:
 
     async def wrong_type(message: NotAStruct, context: HandlerContext) -> None: ...
 
-    with pytest.raises(ConfigurationError, match="not a msgspec.Struct"):
+    with pytest.raises(ConfigurationError, match=r"not a msgspec\.Struct"):
         endpoint.register(wrong_type)
 
     async def one_parameter(message: PlaceOrder) -> None: ...
