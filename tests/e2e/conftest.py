@@ -1,0 +1,193 @@
+"""End-to-end fixtures: one local Ray per session, deployments stopped after every test.
+
+Every test gets a fresh database (``database_dsn``, from ``tests/conftest.py``); it creates its
+business tables and the queues its handlers send to, then deploys an endpoint of
+``tests/e2e/endpoints.py`` by path, exactly as the runtime does in production: a PeekerActor
+that starts ReceiverActors, each importing the endpoint module itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import asyncpg
+import msgspec
+import pytest
+import ray
+
+from endpoint_runtime import EndpointDeployment, Sender, TransportSettings
+from endpoint_runtime.actors.cluster import ensure_ray
+from endpoint_runtime.actors.peeker import DeploymentStatus
+from endpoint_runtime.messages import PoisonMessage, TransportMessage
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.transport import PostgresTransport, QueueAddress
+
+ENDPOINTS_MODULE = "tests.e2e.endpoints"
+PEEK_DELAY = 0.2
+STOP_TIMEOUT = 5.0
+POLL_SECONDS = 0.05
+
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def ray_session() -> Iterator[None]:
+    """One local Ray for every e2e test of the session."""
+    ensure_ray()
+    yield
+    ray.shutdown()
+
+
+async def wait_for(
+    condition: Callable[[], Awaitable[T]],
+    *,
+    timeout: float,  # noqa: ASYNC109 - a polling deadline, reported with what was awaited
+    what: str,
+    interval: float = POLL_SECONDS,
+) -> T:
+    """Poll ``condition`` every ``interval`` s until it returns something truthy; return it.
+
+    Fails with ``what`` and the last value seen when ``timeout`` s pass first.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = await condition()
+        if value:
+            return value
+        if loop.time() >= deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what} "
+                                 f"(last value: {value!r})")
+        await asyncio.sleep(interval)
+
+
+class Deployer:
+    """Starts deployments of ``tests.e2e.endpoints`` endpoints on the test's database and
+    stops, at teardown, every one the test did not stop itself."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._running: list[EndpointDeployment] = []
+
+    async def start(
+        self, name: str, *, peek_delay: float = PEEK_DELAY, **overrides: Any
+    ) -> EndpointDeployment:
+        overrides.setdefault("stop_timeout", STOP_TIMEOUT)
+        deployment = await EndpointDeployment.start(
+            f"{ENDPOINTS_MODULE}:{name}",
+            transport=TransportSettings(dsn=self.dsn, peek_delay=peek_delay),
+            **overrides,
+        )
+        self._running.append(deployment)
+        return deployment
+
+    async def stop(self, deployment: EndpointDeployment) -> DeploymentStatus:
+        self._running.remove(deployment)
+        return await deployment.stop()
+
+    async def stop_all(self) -> None:
+        while self._running:
+            await self.stop(self._running[-1])
+
+
+@pytest.fixture
+async def deployer(database_dsn: str) -> AsyncIterator[Deployer]:
+    deployer = Deployer(database_dsn)
+    try:
+        yield deployer
+    finally:
+        await deployer.stop_all()
+
+
+@pytest.fixture
+async def sender(database_dsn: str) -> AsyncIterator[Sender]:
+    """Sends from outside any endpoint, as a script or web application would."""
+    async with Sender("e2e-driver", TransportSettings(dsn=database_dsn)) as sender:
+        yield sender
+
+
+# -- looking at queues and tables ----------------------------------------------------------
+
+
+async def create_queues(transport: PostgresTransport, *names: str) -> None:
+    for name in names:
+        await transport.create_queue(name)
+
+
+async def send_batch(
+    transport: PostgresTransport, queue: str, messages: Sequence[msgspec.Struct]
+) -> list[str]:
+    """Send ``messages`` in one INSERT (one statement: the backlog appears at once)."""
+    outgoing = [create_outgoing(m, originating_endpoint="e2e-driver") for m in messages]
+    await transport.send_many(queue, outgoing)
+    return [o.message_id for o in outgoing]
+
+
+async def count(pool: asyncpg.Pool, sql: str, *args: Any) -> int:
+    value: int = await pool.fetchval(sql, *args)
+    return value
+
+
+async def ns_in_queue(transport: PostgresTransport, queue: str) -> list[int]:
+    """Field ``n`` of every message body waiting in ``queue`` (JSON bodies), sorted."""
+    address = QueueAddress.parse(queue)
+    rows = await transport.pool.fetch(
+        f"SELECT (convert_from(body, 'UTF8')::json->>'n')::int AS n FROM {address.qualified}"
+    )
+    return sorted(row["n"] for row in rows)
+
+
+async def drain_queue(
+    transport: PostgresTransport, queue: str
+) -> list[TransportMessage | PoisonMessage]:
+    """Receive every message of ``queue`` (in seq order)."""
+    received = []
+    while (message := await transport.receive(queue)) is not None:
+        received.append(message)
+    return received
+
+
+async def depths(transport: PostgresTransport, *queues: str) -> dict[str, int]:
+    return {queue: await transport.depth(queue) for queue in queues}
+
+
+async def fresh_status(deployment: EndpointDeployment) -> DeploymentStatus:
+    """The peeker's status after asking every receiver now (``status()`` alone returns what
+    the receivers said at the last peek cycle)."""
+    await deployment.receiver_pids()  # refreshes the peeker's view of every receiver
+    return await deployment.status()
+
+
+async def wait_for_status(
+    deployment: EndpointDeployment,
+    predicate: Callable[[DeploymentStatus], bool],
+    *,
+    timeout: float,  # noqa: ASYNC109 - passed on to wait_for
+    what: str,
+) -> DeploymentStatus:
+    """Wait until the peeker's status (refreshed at each peek cycle) satisfies ``predicate``."""
+    last: list[DeploymentStatus] = []
+
+    async def satisfied() -> bool:
+        status = await deployment.status()
+        last[:] = [status]
+        return predicate(status)
+
+    try:
+        await wait_for(satisfied, timeout=timeout, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last status: {status_line(last[0])}") from None
+    return last[0]
+
+
+def status_line(status: DeploymentStatus) -> str:
+    receivers = ", ".join(
+        f"{r.receiver_id}(allowance={r.allowance} slots={r.slots} in_flight={r.in_flight} "
+        f"processed={r.processed} failed={r.failed} moved={r.moved_to_error})"
+        for r in status.receivers
+    )
+    return (f"estimate={status.estimate} max_concurrency={status.max_concurrency} "
+            f"replaced={status.replaced_receivers} receivers=[{receivers}]")
+

@@ -1,0 +1,149 @@
+"""The concurrency limit across receivers (also when changed at runtime) and scaling."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+import pytest
+
+from endpoint_runtime.actors.peeker import DeploymentStatus
+from endpoint_runtime.transport import PostgresTransport
+from tests.e2e.conftest import (
+    Deployer,
+    count,
+    create_queues,
+    fresh_status,
+    send_batch,
+    status_line,
+    wait_for,
+    wait_for_status,
+)
+from tests.e2e.endpoints import Busy, Timed
+
+pytestmark = pytest.mark.ray
+
+BACKLOG = 40
+"""Slow messages (0.25 s each) for the scaling test: ~10 s for one receiver alone, so more
+receivers have time to start (a few seconds on a small machine) and take part."""
+
+
+def max_overlap(intervals: Iterable[tuple[datetime, datetime]]) -> int:
+    """Most intervals open at one instant; an interval ending when another starts does not
+    overlap it."""
+    events = []
+    for started, ended in intervals:
+        assert started <= ended
+        events += [(started, 1), (ended, -1)]
+    events.sort(key=lambda event: (event[0], event[1]))  # ends before starts at a tie
+    open_now = highest = 0
+    for _, change in events:
+        open_now += change
+        highest = max(highest, open_now)
+    return highest
+
+
+async def _intervals(
+    transport: PostgresTransport, batch: int
+) -> list[tuple[datetime, datetime]]:
+    rows = await transport.pool.fetch(
+        "SELECT started, ended FROM intervals WHERE batch = $1", batch
+    )
+    return [(row["started"], row["ended"]) for row in rows]
+
+
+async def _wait_handled(transport: PostgresTransport, batch: int, expected: int) -> None:
+    async def handled() -> bool:
+        done = await count(transport.pool, "SELECT count(*) FROM intervals WHERE batch = $1",
+                           batch)
+        return done >= expected
+
+    await wait_for(handled, timeout=30, what=f"{expected} messages of batch {batch} handled")
+
+
+async def test_concurrency_limit_holds_across_receivers_and_follows_runtime_changes(
+    deployer: Deployer, transport: PostgresTransport
+) -> None:
+    """Each handler records [start, end] by the database clock; the recorded interval lies
+    inside the time the message is in flight, so more overlapping intervals than the limit
+    would prove the limit broken."""
+    await transport.pool.execute(
+        "CREATE TABLE intervals (n int, batch int, started timestamptz, ended timestamptz, "
+        "pid int)"
+    )
+    await create_queues(transport, "concurrency")
+    await send_batch(transport, "concurrency", [Timed(n, batch=1) for n in range(60)])
+    deployment = await deployer.start(
+        "concurrency_endpoint", max_concurrency=4, slots_per_receiver=2
+    )
+
+    await _wait_handled(transport, batch=1, expected=60)
+    first = await _intervals(transport, batch=1)
+    assert len(first) == 60
+    overlap = max_overlap(first)
+    assert overlap <= 4, f"{overlap} messages in flight at once with max_concurrency=4"
+    assert overlap >= 2, "the backlog was never handled concurrently: the test proves nothing"
+    receivers = await transport.pool.fetchval("SELECT count(DISTINCT pid) FROM intervals")
+    assert receivers == 2  # 4 slots, 2 per receiver
+
+    # Lower the limit while a batch is being handled: it holds once the call returns.
+    await send_batch(transport, "concurrency", [Timed(n, batch=2) for n in range(60)])
+    await _wait_handled(transport, batch=2, expected=4)
+    await deployment.set_max_concurrency(1)
+    changed_at: datetime = await transport.pool.fetchval("SELECT clock_timestamp()")
+    status = await fresh_status(deployment)
+    assert status.max_concurrency == 1
+    assert sum(r.allowance for r in status.receivers) <= 1, status_line(status)
+    await _wait_handled(transport, batch=2, expected=60)
+    after_change = [(max(started, changed_at), ended)
+                    for started, ended in await _intervals(transport, batch=2)
+                    if ended > changed_at]
+    assert len(after_change) >= 5, "the batch was over before the change: nothing to compare"
+    assert max_overlap(after_change) <= 1
+
+    # A batch sent after the change.
+    await send_batch(transport, "concurrency", [Timed(n, batch=3) for n in range(15)])
+    await _wait_handled(transport, batch=3, expected=15)
+    third = await _intervals(transport, batch=3)
+    assert min(started for started, _ in third) > changed_at
+    assert max_overlap(third) <= 1
+
+
+async def test_receivers_scale_up_with_a_backlog_and_back_down_when_idle(
+    deployer: Deployer, transport: PostgresTransport
+) -> None:
+    await transport.pool.execute(
+        "CREATE TABLE business (n int, pid int, started timestamptz, ended timestamptz)"
+    )
+    deployment = await deployer.start(
+        "scaling_endpoint",
+        max_concurrency=4, slots_per_receiver=1, min_receivers=1, scale_down_after=1.0,
+    )
+    await wait_for_status(deployment, lambda s: len(s.receivers) == 1, timeout=10,
+                          what="one receiver while idle (min_receivers=1)")
+    seen: list[int] = []
+
+    def receivers_above_one(status: DeploymentStatus) -> bool:
+        seen.append(len(status.receivers))
+        return seen[-1] > 1
+
+    await send_batch(transport, "scaling", [Busy(n) for n in range(BACKLOG)])
+    await wait_for_status(deployment, receivers_above_one, timeout=20,
+                          what="more than one receiver for a backlog")
+
+    async def drained() -> bool:
+        seen.append(len((await deployment.status()).receivers))
+        return await count(transport.pool, "SELECT count(*) FROM business") == BACKLOG
+
+    await wait_for(drained, timeout=30, what="the backlog handled")
+    status = await wait_for_status(
+        deployment, lambda s: len(s.receivers) == 1, timeout=15,
+        what="back to one receiver after scale_down_after of idleness",
+    )
+    assert max(seen) <= 4, f"more receivers than max_concurrency / slots_per_receiver: {seen}"
+    pids = await transport.pool.fetchval("SELECT count(DISTINCT pid) FROM business")
+    assert pids > 1, "the backlog was handled by one receiver only"
+    rows = await transport.pool.fetch("SELECT started, ended FROM business")
+    assert max_overlap((row["started"], row["ended"]) for row in rows) <= 4  # while scaling
+    assert await transport.depth("scaling") == 0
+    assert status.estimate == 0

@@ -1,0 +1,138 @@
+"""Receivers starting, stopping and dying: graceful stop, SIGKILL, LISTEN wake-up."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+from endpoint_runtime import Sender
+from endpoint_runtime.transport import PostgresTransport
+from tests.e2e.conftest import (
+    Deployer,
+    count,
+    create_queues,
+    drain_queue,
+    fresh_status,
+    ns_in_queue,
+    status_line,
+    wait_for,
+    wait_for_status,
+)
+from tests.e2e.endpoints import Fragile, Slow, Wake
+
+pytestmark = pytest.mark.ray
+
+
+async def test_graceful_stop_waits_for_the_message_in_flight(
+    deployer: Deployer, transport: PostgresTransport, sender: Sender
+) -> None:
+    await transport.pool.execute("CREATE TABLE business (n int NOT NULL)")
+    await create_queues(transport, "started")
+    deployment = await deployer.start("graceful_endpoint", stop_timeout=10)
+    await sender.send(Slow(1), destination="graceful")
+
+    async def handler_started() -> bool:
+        return await transport.depth("started") == 1
+
+    await wait_for(handler_started, timeout=15, what="the handler to start")
+    assert await count(transport.pool, "SELECT count(*) FROM business") == 0  # still sleeping
+
+    final = await deployer.stop(deployment)
+
+    assert await count(transport.pool, "SELECT count(*) FROM business WHERE n = 1") == 1
+    assert await transport.depth("graceful") == 0
+    assert final.processed == 1, status_line(final)
+    assert all(r.draining and r.in_flight == 0 for r in final.receivers), status_line(final)
+
+
+async def test_stop_cancels_work_beyond_stop_timeout_and_the_message_stays_queued(
+    deployer: Deployer, transport: PostgresTransport, sender: Sender
+) -> None:
+    await transport.pool.execute("CREATE TABLE business (n int NOT NULL)")
+    await create_queues(transport, "started")
+    deployment = await deployer.start("graceful_endpoint", stop_timeout=0.3)
+    message_id = await sender.send(Slow(1), destination="graceful")
+
+    async def handler_started() -> bool:
+        return await transport.depth("started") == 1
+
+    await wait_for(handler_started, timeout=15, what="the handler to start")
+    await deployer.stop(deployment)
+
+    # The handler (1.5 s) outlived stop_timeout: cancelled, its transaction rolled back.
+    assert await count(transport.pool, "SELECT count(*) FROM business") == 0
+    [message] = await drain_queue(transport, "graceful")
+    assert message.native_id == uuid.UUID(message_id)
+    assert await transport.depth("error") == 0
+
+
+async def test_receiver_killed_mid_message_loses_nothing(
+    deployer: Deployer, transport: PostgresTransport, sender: Sender
+) -> None:
+    await transport.pool.execute("CREATE TABLE business (n int NOT NULL)")
+    await create_queues(transport, "attempts")
+    deployment = await deployer.start("crash_endpoint", max_concurrency=1)
+    await sender.send(Fragile(1), destination="crashy")
+
+    async def first_attempt() -> bool:
+        return await transport.depth("attempts") == 1
+
+    await wait_for(first_attempt, timeout=15, what="the first attempt to start")
+    [pid] = await deployment.receiver_pids()
+    os.kill(pid, signal.SIGKILL)
+
+    async def handled() -> bool:
+        return await count(transport.pool, "SELECT count(*) FROM business") >= 1
+
+    await wait_for(handled, timeout=30, what="the message handled by a replacement receiver")
+    status = await wait_for_status(
+        deployment, lambda s: s.replaced_receivers >= 1 and len(s.receivers) == 1,
+        timeout=10, what="the peeker to report the replaced receiver",
+    )
+    assert await count(transport.pool, "SELECT count(*) FROM business") == 1
+    assert await ns_in_queue(transport, "attempts") == [1, 1]
+    attempt_pids = await transport.pool.fetch(
+        "SELECT (convert_from(body, 'UTF8')::json->>'pid')::int AS pid FROM attempts ORDER BY seq"
+    )
+    assert attempt_pids[0]["pid"] == pid
+    assert attempt_pids[1]["pid"] != pid
+    assert [r.pid for r in status.receivers] == [attempt_pids[1]["pid"]], status_line(status)
+    assert await transport.depth("crashy") == 0
+    assert await transport.depth("error") == 0
+
+
+async def test_listen_wakes_an_idle_endpoint_long_before_the_peek_delay(
+    deployer: Deployer, transport: PostgresTransport, sender: Sender
+) -> None:
+    peek_delay = 5.0
+    await transport.pool.execute("CREATE TABLE handled (n int NOT NULL, at timestamptz)")
+    deployment = await deployer.start("wakeup_endpoint", peek_delay=peek_delay)
+    latencies = []
+    for n in (1, 2, 3):  # polling alone would make all three wait ~2.5 s on average
+
+        async def idle() -> bool:
+            status = await fresh_status(deployment)
+            return (len(status.receivers) >= 1 and status.estimate == 0
+                    and all(r.slots == 0 and r.in_flight == 0 for r in status.receivers))
+
+        await wait_for(idle, timeout=10, what="an idle endpoint with a receiver")
+        assert await transport.depth("wakeup") == 0
+        sent_at = await transport.pool.fetchval("SELECT clock_timestamp()")
+        started = time.perf_counter()
+        await sender.send(Wake(n), destination="wakeup")
+
+        async def row(n: int = n) -> object:
+            return await transport.pool.fetchval("SELECT at FROM handled WHERE n = $1", n)
+
+        handled_at = await wait_for(row, timeout=1.0, interval=0.01,
+                                    what=f"message {n} handled within 1 s of its send")
+        elapsed = time.perf_counter() - started
+        latency = (handled_at - sent_at).total_seconds()
+        assert elapsed < 1.0
+        assert 0 < latency < 1.0
+        latencies.append(latency)
+    assert max(latencies) < peek_delay / 5, latencies
