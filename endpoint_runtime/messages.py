@@ -7,6 +7,8 @@ NServiceBus's PostgreSQL transport can be received here and the other way round.
 from __future__ import annotations
 
 import enum
+import os
+import re
 import uuid
 from datetime import UTC, datetime
 
@@ -74,8 +76,24 @@ def utc_now() -> datetime:
 
 
 def new_message_id() -> str:
-    """A new message id: a random UUID in its canonical text form."""
-    return str(uuid.uuid4())
+    """A new message id: a random (version 4) UUID in its canonical text form.
+
+    Built from the random bytes directly: ``str(uuid.uuid4())`` costs twice as much, and this
+    runs for every outgoing message.
+    """
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def is_canonical_uuid(text: str) -> bool:
+    """Whether ``text`` is a UUID in lower-case canonical form (usable as a row id as is)."""
+    return _CANONICAL_UUID.fullmatch(text) is not None
 
 
 class OutgoingMessage(msgspec.Struct, frozen=True, kw_only=True):

@@ -83,6 +83,7 @@ class Pipeline:
         self._failed_handler_limits: dict[uuid.UUID, RetryLimits] = {}
 
     def bind_log_context(self, message: TransportMessage | PoisonMessage) -> None:
+        # Cleared first, so that keys a handler bound do not leak into the next message.
         structlog.contextvars.clear_contextvars()
         message_id = (
             message.message_id if isinstance(message, TransportMessage) else str(message.native_id)

@@ -9,18 +9,21 @@ from typing import TypeAlias
 import asyncpg
 
 from endpoint_runtime.errors import QueueNotFoundError
-from endpoint_runtime.messages import OutgoingMessage, encode_headers
+from endpoint_runtime.messages import OutgoingMessage, encode_headers, is_canonical_uuid
 from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
 
 Executor: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
-def _native_id(message: OutgoingMessage) -> uuid.UUID:
+def _native_id(message: OutgoingMessage) -> uuid.UUID | str:
+    """The row id: the message id itself when it is a canonical UUID (asyncpg takes the text
+    as it is), else a fresh one: user-chosen message ids need not be UUIDs."""
+    if is_canonical_uuid(message.message_id):
+        return message.message_id
     try:
         return uuid.UUID(message.message_id)
     except ValueError:
-        # Foreign or user-chosen message ids need not be UUIDs; the row id must be one.
         return uuid.uuid4()
 
 
