@@ -1,0 +1,48 @@
+"""Helpers of the command-line tests: message types to name with ``--type``, and a runner.
+
+``run_cli`` calls :func:`endpoint_runtime.cli.main` in this process and returns its exit
+status with what it printed. ``main`` configures structlog once per process, binding the
+``sys.stderr`` of the moment (pytest's capture, closed after the test) and the warning level
+of the commands; ``quiet_logging`` keeps the test session's own logging configuration intact.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import msgspec
+import pytest
+
+import endpoint_runtime.cli
+from endpoint_runtime.cli import main
+
+
+class ChargeCard(msgspec.Struct, kw_only=True):
+    card: str
+    amount: int
+    note: str = ""
+
+
+class NotAMessage:
+    """A class that is not a msgspec Struct: ``send --type`` refuses it."""
+
+
+CHARGE_CARD = f"{__name__}:ChargeCard"
+
+
+class Outcome(NamedTuple):
+    code: int
+    out: str
+    err: str
+
+
+def quiet_logging(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(endpoint_runtime.cli, "configure_logging", lambda level: None)
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Outcome:
+    """Run ``endpoint-runtime ARGV...`` in-process; earlier captured output is dropped."""
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return Outcome(code, out, err)
