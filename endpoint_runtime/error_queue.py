@@ -71,7 +71,10 @@ async def show_failed(
     transport: PostgresTransport, native_id: uuid.UUID, error_queue: str = "error"
 ) -> FailedMessage | None:
     address = _error_address(transport, error_queue)
-    row = await transport.pool.fetchrow(statements.for_queue(address)["peek_by_id"], native_id)
+    try:
+        row = await transport.pool.fetchrow(statements.for_queue(address)["peek_by_id"], native_id)
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc
     return _failed(row) if row is not None else None
 
 
@@ -86,7 +89,12 @@ async def retry_failed(
     """
     address = _error_address(transport, error_queue)
     async with transport.pool.acquire() as connection, connection.transaction():
-        row = await connection.fetchrow(statements.for_queue(address)["take_by_id"], native_id)
+        try:
+            row = await connection.fetchrow(
+                statements.for_queue(address)["take_by_id"], native_id
+            )
+        except asyncpg.UndefinedTableError as exc:
+            raise QueueNotFoundError(str(address)) from exc
         if row is None:
             raise EndpointRuntimeError(f"no message {native_id} in {address}")
         failed = _failed(row)
@@ -104,25 +112,36 @@ async def retry_failed(
     return failed.failed_queue
 
 
-async def retry_all(transport: PostgresTransport, error_queue: str = "error") -> dict[str, int]:
-    """Retry every retryable message; returns counts per FailedQ (and ``"skipped"``)."""
-    counts: dict[str, int] = {}
+class RetryAllResult(msgspec.Struct, frozen=True):
+    """What ``retry --all`` did: messages moved per FailedQ, and how many stayed."""
+
+    moved: dict[str, int]
+    skipped: int
+
+
+async def retry_all(transport: PostgresTransport, error_queue: str = "error") -> RetryAllResult:
+    """Retry every retryable message; those that cannot be retried stay where they are."""
+    moved: dict[str, int] = {}
+    skipped = 0
     offset = 0
     while batch := await list_failed(transport, error_queue, limit=500, offset=offset):
         for failed in batch:
             try:
                 queue = await retry_failed(transport, failed.native_id, error_queue)
             except EndpointRuntimeError:
-                counts["skipped"] = counts.get("skipped", 0) + 1
+                skipped += 1
                 offset += 1  # stays in the error queue: page past it
                 continue
-            counts[queue] = counts.get(queue, 0) + 1
-    return counts
+            moved[queue] = moved.get(queue, 0) + 1
+    return RetryAllResult(moved, skipped)
 
 
 async def delete_failed(
     transport: PostgresTransport, native_id: uuid.UUID, error_queue: str = "error"
 ) -> bool:
     address = _error_address(transport, error_queue)
-    row = await transport.pool.fetchrow(statements.for_queue(address)["take_by_id"], native_id)
+    try:
+        row = await transport.pool.fetchrow(statements.for_queue(address)["take_by_id"], native_id)
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc
     return row is not None

@@ -203,7 +203,7 @@ async def errors_retry(args: argparse.Namespace, settings: TransportSettings) ->
     async with PostgresTransport.connect(settings) as transport:
         address = await existing_queue(transport, args.queue)
         if native_id is None:
-            counts = await retry_all(transport, args.queue)
+            result = await retry_all(transport, args.queue)
         else:
             try:
                 queue = await retry_failed(transport, native_id, args.queue)
@@ -214,11 +214,10 @@ async def errors_retry(args: argparse.Namespace, settings: TransportSettings) ->
                 ) from exc
             print(f"moved message {native_id} from {address} back to {queue}")
             return EXIT_OK
-    # retry_all counts the messages it could not move under "skipped".
-    skipped = counts.pop("skipped", 0)
-    if not counts and not skipped:
+    skipped = result.skipped
+    if not result.moved and not skipped:
         print(f"no failed messages in {address}")
-    for queue, moved in sorted(counts.items()):
+    for queue, moved in sorted(result.moved.items()):
         print(f"moved {moved} message(s) from {address} back to {queue}")
     if skipped:
         print(
