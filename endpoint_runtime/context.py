@@ -75,6 +75,11 @@ def parse_address(destination: str, schema: str) -> QueueAddress:
     return QueueAddress.parse(destination, schema)
 
 
+@functools.lru_cache(maxsize=1024)
+def _address_text(address: QueueAddress) -> str:
+    return str(address)
+
+
 class HandlerContext:
     """The incoming message's envelope, the transaction's connection, and sending.
 
@@ -101,8 +106,9 @@ class HandlerContext:
         self._dispatcher = dispatcher
         self._connection = connection
         self._sent: set[tuple[str, QueueAddress]] = set()
-        self.processing_started: datetime | None = None
-        self.processing_ended: datetime | None = None
+        self.processing_started: float | None = None
+        """Epoch seconds when the handlers started (for audit and metrics)."""
+        self.processing_ended: float | None = None
 
     @property
     def connection(self) -> asyncpg.Connection:  # a LazySavepointConnection quacks alike
@@ -199,7 +205,7 @@ class HandlerContext:
             message,
             intent=intent,
             originating_endpoint=self.endpoint,
-            reply_to=str(self._local_address),
+            reply_to=_address_text(self._local_address),
             conversation_id=self.headers.get(Headers.CONVERSATION_ID),
             correlation_id=correlation_id,
             message_id=message_id,

@@ -6,13 +6,39 @@ the pipeline at the start of each message, so every log line of a handler carrie
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
 
 _configured = False
+
+_message_context: contextvars.ContextVar[tuple[str, str, int] | None] = contextvars.ContextVar(
+    "endpoint_runtime_message", default=None
+)
+
+
+def bind_message_context(endpoint: str, message_id: str, attempt: int) -> None:
+    """Set the per-message log context of the current task (one ContextVar write: this runs
+    for every message). Keys a handler binds itself with ``structlog.contextvars`` are not
+    cleared between messages; bind them with ``bound_contextvars(...)`` as a context manager."""
+    _message_context.set((endpoint, message_id, attempt))
+
+
+def merge_message_context(
+    logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """structlog processor adding ``endpoint``, ``message_id`` and ``attempt``."""
+    context = _message_context.get()
+    if context is not None:
+        event_dict.setdefault("endpoint", context[0])
+        event_dict.setdefault("message_id", context[1])
+        event_dict.setdefault("attempt", context[2])
+    return event_dict
 
 
 def configure_logging(level: str | None = None, *, json: bool | None = None) -> None:
@@ -34,6 +60,7 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            merge_message_context,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,

@@ -15,12 +15,12 @@ from endpoint_runtime.messages import (
     MessageIntent,
     OutgoingMessage,
     new_message_id,
-    to_wire_time,
-    utc_now,
+    wire_time_now,
 )
 from endpoint_runtime.serialization import encode_body, message_type_name
 
 MACHINE = platform.node()
+_type_names: dict[type, str] = {}
 
 
 def create_outgoing(
@@ -46,11 +46,15 @@ def create_outgoing(
     if time_to_be_received is not None and time_to_be_received <= timedelta(0):
         raise ConfigurationError("time_to_be_received must be positive")
     message_id = message_id or new_message_id()
+    message_type = type(message)
+    type_name = _type_names.get(message_type)
+    if type_name is None:
+        type_name = _type_names[message_type] = message_type_name(message_type)
     standard = {
         Headers.MESSAGE_ID: message_id,
         Headers.CONTENT_TYPE: JSON_CONTENT_TYPE,
-        Headers.ENCLOSED_MESSAGE_TYPES: message_type_name(type(message)),
-        Headers.TIME_SENT: to_wire_time(utc_now()),
+        Headers.ENCLOSED_MESSAGE_TYPES: type_name,
+        Headers.TIME_SENT: wire_time_now(),
         Headers.CONVERSATION_ID: conversation_id or message_id,
         Headers.CORRELATION_ID: correlation_id or message_id,
         Headers.MESSAGE_INTENT: intent.value,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import asyncpg
 import structlog
@@ -19,6 +19,7 @@ from endpoint_runtime.context import HandlerContext
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.errors import RecoverabilityFailedError, UnknownMessageTypeError
 from endpoint_runtime.handlers import HandlerRegistry
+from endpoint_runtime.logging import bind_message_context
 from endpoint_runtime.messages import (
     Headers,
     PoisonMessage,
@@ -55,8 +56,9 @@ class ProcessingStats:
         self.discarded = 0
         self.consecutive_failures = 0
         self.processing_seconds = 0.0
-        self.last_started: datetime | None = None
-        self.last_ended: datetime | None = None
+        self.last_started = 0.0
+        """Epoch seconds at which the last handled message's handlers started."""
+        self.last_ended = 0.0
 
 
 class Pipeline:
@@ -83,16 +85,13 @@ class Pipeline:
         self._failed_handler_limits: dict[uuid.UUID, RetryLimits] = {}
 
     def bind_log_context(self, message: TransportMessage | PoisonMessage) -> None:
-        # Cleared first, so that keys a handler bound do not leak into the next message.
-        structlog.contextvars.clear_contextvars()
-        message_id = (
-            message.message_id if isinstance(message, TransportMessage) else str(message.native_id)
-        )
-        failure = self.failures.get(message.native_id)
-        structlog.contextvars.bind_contextvars(
-            endpoint=self.endpoint,
-            message_id=message_id,
-            attempt=(failure.attempts if failure else 0) + 1,
+        """Per-message log context (endpoint, message_id, attempt); see
+        :func:`endpoint_runtime.logging.bind_message_context`."""
+        failure = self.failures.get(message.native_id) if self.failures else None
+        bind_message_context(
+            self.endpoint,
+            message.message_id if isinstance(message, TransportMessage) else str(message.native_id),
+            (failure.attempts if failure else 0) + 1,
         )
 
     async def handle(self, message: TransportMessage, context: HandlerContext) -> None:
@@ -103,16 +102,17 @@ class Pipeline:
         handlers = self.registry.handlers_for(message_type)
         if not handlers:
             raise UnknownMessageTypeError(enclosed)
-        started = time.perf_counter()
-        self.stats.last_started = context.processing_started = utc_now()
+        started = time.time()
+        self.stats.last_started = context.processing_started = started
         for handler in handlers:
             try:
                 await handler(body, context)
             except Exception:
                 self._failed_handler_limits[message.native_id] = self.registry.limits_for(handler)
                 raise
-        self.stats.last_ended = context.processing_ended = utc_now()
-        self.stats.processing_seconds += time.perf_counter() - started
+        ended = time.time()
+        self.stats.last_ended = context.processing_ended = ended
+        self.stats.processing_seconds += ended - started
         self.stats.processed += 1
         self.stats.consecutive_failures = 0
 
@@ -136,6 +136,8 @@ class Pipeline:
 
     def pending_decision(self, message: TransportMessage) -> Decision | None:
         """What this delivery must do instead of handling, or ``None`` to handle it."""
+        if not self.failures:
+            return None
         failure = self.failures.get(message.native_id)
         if failure is None:
             return None

@@ -160,7 +160,8 @@ class FailedMessages:
         return failure
 
     def forget(self, native_id: uuid.UUID) -> None:
-        self._failures.pop(native_id, None)
+        if self._failures:
+            self._failures.pop(native_id, None)
 
     def __len__(self) -> int:
         return len(self._failures)

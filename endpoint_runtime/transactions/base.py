@@ -95,6 +95,11 @@ class BufferedDispatcher:
         self.pending_delayed.extend(other.pending_delayed)
 
     async def flush(self, connection: asyncpg.Connection) -> None:
+        if len(self.pending) == 1 and not self.pending_delayed:  # the common case
+            address, message = self.pending[0]
+            await sending.send(connection, address, message)
+            self.pending.clear()
+            return
         by_queue: dict[QueueAddress, list[OutgoingMessage]] = defaultdict(list)
         for address, message in self.pending:
             by_queue[address].append(message)
