@@ -138,7 +138,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             for queue in (INPUT, SINK_ADDRESS, QueueAddress("bench_atomic"),
                           QueueAddress("bench_batched")):
                 async with pool.acquire() as connection:
-                    await queues.create_queue(connection, queue)
+                    # The sink is no endpoint's input: nobody listens, so it need not NOTIFY.
+                    await queues.create_queue(connection, queue,
+                                              notify_on_send=queue != SINK_ADDRESS)
             version = await pool.fetchval("SHOW server_version")
             progress("starting deployments (Ray)...")
             atomic = await deploy("benchmarks.endpoints:atomic", dsn, args.concurrency)

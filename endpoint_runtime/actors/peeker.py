@@ -128,12 +128,14 @@ class Peeker:
 
     async def start(self) -> None:
         self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=4)
-        await self._start_mover()
+        # One LISTEN connection for the peeker and the mover: PostgreSQL signals every
+        # listening backend on each NOTIFY in the database, so fewer listeners cost less.
+        self._listener = await asyncpg.connect(self.config.dsn or None)
         if self.settings.transport.notify_on_send:
-            self._listener = await asyncpg.connect(self.config.dsn or None)
             await self._listener.add_listener(
                 self.config.address.notify_channel, lambda *_: self._wake.set()
             )
+        await self._start_mover()
         async with self._lock:
             await self._reconcile()
         self._loop_task = asyncio.get_running_loop().create_task(self._run())
@@ -180,6 +182,7 @@ class Peeker:
             ),
             settings=self.settings.delayed_delivery,
             on_critical_error=self.on_critical_error,
+            listener=self._listener,
         )
         self._mover_task = asyncio.get_running_loop().create_task(self._mover.run())
 

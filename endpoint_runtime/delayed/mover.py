@@ -61,8 +61,13 @@ class DelayedMessageMover:
         error_address: QueueAddress,
         settings: DelayedDeliverySettings,
         on_critical_error: CriticalErrorHandler,
+        listener: asyncpg.Connection | None = None,
     ) -> None:
+        """``listener``: a LISTEN connection to share (each listening backend is signalled on
+        every NOTIFY in the database, so one per deployment is cheaper than one per task);
+        without it the mover opens its own from ``dsn``."""
         self.store = store
+        self._shared_listener = listener
         self._pool = pool
         self._dsn = dsn
         self._endpoint = endpoint
@@ -112,9 +117,16 @@ class DelayedMessageMover:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
 
+    def _on_notify(self, *_: object) -> None:
+        self._wake.set()
+
     async def stop(self) -> None:
         self._stopping = True
         self._wake.set()
+        channel = self.store.notify_channel
+        if self._shared_listener is not None and channel is not None:
+            with contextlib.suppress(Exception):
+                await self._shared_listener.remove_listener(channel, self._on_notify)
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
@@ -124,8 +136,11 @@ class DelayedMessageMover:
         if channel is None:
             return
         try:
+            if self._shared_listener is not None:
+                await self._shared_listener.add_listener(channel, self._on_notify)
+                return
             self._listener = await asyncpg.connect(self._dsn or None)
-            await self._listener.add_listener(channel, lambda *_: self._wake.set())
+            await self._listener.add_listener(channel, self._on_notify)
         except (OSError, asyncpg.PostgresError) as exc:
             log.warning("delayed_listen_failed", error=str(exc))  # polling still works
 
