@@ -100,6 +100,8 @@ class BatchedAtomicStrategy:
         try:
             await self._pipeline.handle(message, context)
         except Exception as exc:
+            if connection.is_closed():
+                raise  # the batch is lost with its connection: a transport failure
             if savepoint is not None:
                 await savepoint.rollback()
             self._pipeline.record_failure(message, exc)

@@ -93,7 +93,9 @@ class OutboxStrategy:
         except Exception as exc:
             await _rollback_quietly(transaction)
             if (received is None or isinstance(received, PoisonMessage)
-                    or isinstance(exc, RecoverabilityFailedError)):
+                    or isinstance(exc, RecoverabilityFailedError) or connection.is_closed()):
+                # A transport or recoverability failure (a lost connection is not the
+                # message's fault: it is not charged a retry), for the receive loop.
                 raise
             pipeline.record_failure(received, exc)
             return Round(taken=1, failed=1)

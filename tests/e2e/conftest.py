@@ -72,11 +72,12 @@ class Deployer:
         self._running: list[EndpointDeployment] = []
 
     async def start(
-        self, name: str, *, peek_delay: float = PEEK_DELAY, **overrides: Any
+        self, name: str, *, peek_delay: float = PEEK_DELAY, module: str = ENDPOINTS_MODULE,
+        **overrides: Any,
     ) -> EndpointDeployment:
         overrides.setdefault("stop_timeout", STOP_TIMEOUT)
         deployment = await EndpointDeployment.start(
-            f"{ENDPOINTS_MODULE}:{name}",
+            f"{module}:{name}",
             transport=TransportSettings(dsn=self.dsn, peek_delay=peek_delay),
             **overrides,
         )
