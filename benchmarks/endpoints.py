@@ -37,3 +37,38 @@ atomic.register(echo)
 
 batched = Endpoint("bench_batched", batch_size=50)
 batched.register(echo)
+
+
+async def record_and_echo(message: Work, context: HandlerContext) -> None:
+    """The outbox workload: one business insert and one outgoing message."""
+    started = time.time()
+    await context.connection.execute("INSERT INTO bench_business (n) VALUES ($1)", message.n)
+    await context.send(Echo(message.n, message.sent_at, started), destination=SINK)
+
+
+atomic_business = Endpoint("bench_atomic_business")
+atomic_business.register(record_and_echo)
+
+outbox_business = Endpoint("bench_outbox", transaction_mode="receive_only")
+outbox_business.enable_outbox()
+outbox_business.register(record_and_echo)
+
+
+class Timed(msgspec.Struct):
+    """A message that knows when it should be handled (epoch seconds)."""
+
+    __message_type_name__ = "Benchmarks.Messages.Timed"
+    n: int
+    due: float
+
+
+async def record_lateness(message: Timed, context: HandlerContext) -> None:
+    started = time.time()
+    await context.connection.execute(
+        "INSERT INTO bench_lateness (n, lateness_ms) VALUES ($1, $2)",
+        message.n, (started - message.due) * 1000,
+    )
+
+
+delayed_target = Endpoint("bench_delayed")
+delayed_target.register(record_lateness)

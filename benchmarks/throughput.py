@@ -7,6 +7,8 @@ Per run, the same backlog of N messages is drained three ways, at the same concu
 - ``ours``: an endpoint deployment (peeker + receiver actors) in atomic mode whose handler
   sends one message to the sink queue.
 - ``batched``: the same with batched atomic receive (``batch_size`` messages per commit).
+- with ``--mode outbox`` also ``atomic_business`` and ``outbox``: the handler inserts one
+  business row and sends one message, in atomic mode and with the outbox (receive-only).
 
 The backlog becomes visible in one commit; a side's time runs from that commit until the
 sink holds N messages. Idle latency (send -> handler start) is measured on the idle atomic
@@ -128,15 +130,20 @@ async def deploy(path: str, dsn: str, concurrency: int, **overrides: Any) -> End
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     server = resolve_dsn(args.dsn)
-    results: dict[str, list[float]] = {"raw": [], "ours": [], "batched": []}
+    sides = ["raw", "ours", "batched"]
+    if args.mode == "outbox":
+        sides += ["atomic_business", "outbox"]
+    results: dict[str, list[float]] = {side: [] for side in sides}
     latencies: list[float] = []
     rss_mb: list[float] = []
     async with throwaway_database(server, "er_throughput") as database:
         dsn = with_database(server, database)
         pool = await asyncpg.create_pool(dsn, min_size=2, max_size=4)
         try:
+            await pool.execute("CREATE TABLE bench_business (n integer)")
             for queue in (INPUT, SINK_ADDRESS, QueueAddress("bench_atomic"),
-                          QueueAddress("bench_batched")):
+                          QueueAddress("bench_batched"), QueueAddress("bench_atomic_business"),
+                          QueueAddress("bench_outbox")):
                 async with pool.acquire() as connection:
                     # The sink is no endpoint's input: nobody listens, so it need not NOTIFY.
                     await queues.create_queue(connection, queue,
@@ -146,20 +153,28 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             atomic = await deploy("benchmarks.endpoints:atomic", dsn, args.concurrency)
             batched = await deploy("benchmarks.endpoints:batched", dsn, args.concurrency,
                                    batch_size=args.batch_size)
+            deployed = {"ours": (atomic, "bench_atomic"), "batched": (batched, "bench_batched")}
+            if args.mode == "outbox":
+                deployed["atomic_business"] = (
+                    await deploy("benchmarks.endpoints:atomic_business", dsn, args.concurrency),
+                    "bench_atomic_business",
+                )
+                deployed["outbox"] = (
+                    await deploy("benchmarks.endpoints:outbox_business", dsn, args.concurrency),
+                    "bench_outbox",
+                )
             try:
                 for run in range(args.runs):
-                    order = ["raw", "ours", "batched"]
+                    order = list(sides)
                     if run % 2:
                         order.reverse()
                     for side in order:
                         if side == "raw":
                             rate = await run_raw(pool, dsn, args.messages, args.concurrency)
-                        elif side == "ours":
-                            rate = await run_deployed(pool, atomic, QueueAddress("bench_atomic"),
-                                                      args.messages)
                         else:
-                            rate = await run_deployed(pool, batched,
-                                                      QueueAddress("bench_batched"), args.messages)
+                            deployment, queue = deployed[side]
+                            rate = await run_deployed(pool, deployment, QueueAddress(queue),
+                                                      args.messages)
                         results[side].append(rate)
                         progress(f"run {run + 1}/{args.runs} {side:8s} {rate:9.0f} msg/s")
                     for pid in await atomic.receiver_pids():
@@ -168,16 +183,26 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 latencies = await measure_latency(pool, QueueAddress("bench_atomic"),
                                                   args.latency_samples)
             finally:
-                await atomic.stop()
-                await batched.stop()
+                for deployment, _ in deployed.values():
+                    await deployment.stop()
         finally:
             await pool.close()
     raw, ours, batch = (median(results[k]) for k in ("raw", "ours", "batched"))
+    extra: dict[str, Any] = {}
+    if args.mode == "outbox":
+        outbox, business = median(results["outbox"]), median(results["atomic_business"])
+        extra = {
+            "outbox_msgs_per_s": round(outbox, 1),
+            "atomic_business_msgs_per_s": round(business, 1),
+            "outbox_ratio": round(outbox / business, 3),
+        }
+    paired = sorted(o / r for o, r in zip(results["ours"], results["raw"], strict=True))
     return {
         "benchmark": "throughput",
         "msgs_per_s": round(ours, 1),
         "raw_msgs_per_s": round(raw, 1),
         "ratio": round(ours / raw, 3),
+        "ratio_paired_median": round(median(paired), 3),
         "batched_msgs_per_s": round(batch, 1),
         "batched_ratio": round(batch / raw, 3),
         "latency_p50_ms": round(percentile(latencies, 50), 2),
@@ -191,6 +216,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "postgres": version,
         "server": redact_dsn(server),
         "python": platform.python_version(),
+        **extra,
     }
 
 
@@ -204,6 +230,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, help="runs per side (medians are reported)")
     parser.add_argument("--batch-size", type=int, default=50, help="batched receive size")
     parser.add_argument("--latency-samples", type=int, help="messages for idle latency")
+    parser.add_argument("--mode", choices=("standard", "outbox"), default="standard",
+                        help="outbox: also compare the outbox with atomic mode")
     parser.add_argument("--dsn", help="PostgreSQL server (default: ENDPOINT_RUNTIME_DSN/embedded)")
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else FULL
