@@ -242,6 +242,7 @@ class Receiver:
                     successes = 0
                     self.wake(1)
         finally:
+            await self._strategy.slot_ended(connection)
             await self._pool.release(connection)
 
     @property

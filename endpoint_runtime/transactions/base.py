@@ -36,6 +36,9 @@ class ReceiveStrategy(Protocol):
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round: ...
 
+    async def slot_ended(self, connection: asyncpg.Connection) -> None:
+        """The slot that owned ``connection`` ends: release what was kept for it."""
+
 
 def as_delayed(address: QueueAddress, message: OutgoingMessage, due: datetime) -> DelayedMessage:
     try:

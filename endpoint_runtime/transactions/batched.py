@@ -30,6 +30,9 @@ class BatchedAtomicStrategy:
         self._one_by_one = SingleMessageStrategy(pipeline, pool, sends_atomic=True)
         self._single_rounds_left = 0
 
+    async def slot_ended(self, connection: asyncpg.Connection) -> None:
+        return None
+
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         if self._single_rounds_left > 0:
             self._single_rounds_left -= 1

@@ -22,6 +22,9 @@ class NoTransactionStrategy:
         self._pool = pool
         self._dispatcher = ImmediateDispatcher(pool, pipeline.delayed_store)
 
+    async def slot_ended(self, connection: asyncpg.Connection) -> None:
+        return None
+
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         pipeline = self._pipeline
         async with connection.transaction():

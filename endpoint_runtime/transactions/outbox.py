@@ -58,6 +58,23 @@ class OutboxStrategy:
         self._settings = settings
         self.handler_runs = 0
         self.duplicates = 0
+        # One business connection per receive connection, kept for the receive slot's life:
+        # returning a connection to the pool costs a reset round trip per message.
+        self._business: dict[int, asyncpg.Connection] = {}
+
+    async def slot_ended(self, connection: asyncpg.Connection) -> None:
+        business = self._business.pop(id(connection), None)
+        if business is not None:
+            await self._pool.release(business)
+
+    async def _business_connection(self, connection: asyncpg.Connection) -> asyncpg.Connection:
+        business = self._business.get(id(connection))
+        if business is not None and business.is_closed():
+            await self._pool.release(business)
+            business = None
+        if business is None:
+            business = self._business[id(connection)] = await self._pool.acquire()
+        return business
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         pipeline = self._pipeline
@@ -82,7 +99,7 @@ class OutboxStrategy:
             message_id = received.message_id
             dispatched = await connection.fetchval(self._storage.sql["exists"], message_id)
             if dispatched is None:
-                await self._run_handlers(received)
+                await self._run_handlers(received, await self._business_connection(connection))
             else:
                 self.duplicates += 1
                 log.info("outbox_duplicate", dispatched=dispatched)
@@ -103,49 +120,50 @@ class OutboxStrategy:
             await _rollback_quietly(transaction)
             raise
 
-    async def _run_handlers(self, message: TransportMessage) -> None:
+    async def _run_handlers(
+        self, message: TransportMessage, business: asyncpg.Connection
+    ) -> None:
         """The business transaction: handlers and the outbox record commit together."""
         sql = self._storage.sql
         message_id = message.message_id
-        async with self._pool.acquire() as business:
-            try:
-                async with business.transaction(isolation=self._settings.isolation):
-                    if self._settings.pessimistic:
-                        status = await business.execute(
-                            sql["begin_pessimistic"], message_id, PERSISTENCE_VERSION
-                        )
-                        if status.endswith(" 0"):  # a duplicate committed first
-                            self.duplicates += 1
-                            log.info("outbox_duplicate", concurrency="pessimistic")
-                            return
-                    collected = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
-                    context = HandlerContext(
-                        message=message, endpoint=self._pipeline.endpoint,
-                        local_address=self._pipeline.local_address, dispatcher=collected,
-                        connection=business,
+        try:
+            async with business.transaction(isolation=self._settings.isolation):
+                if self._settings.pessimistic:
+                    status = await business.execute(
+                        sql["begin_pessimistic"], message_id, PERSISTENCE_VERSION
                     )
-                    self.handler_runs += 1
-                    await self._pipeline.handle(message, context)
-                    operations = [operation_of(a, m) for a, m in collected.pending]
-                    operations += [delayed_operation_of(d) for d in collected.pending_delayed]
-                    if self._settings.pessimistic:
-                        await business.execute(sql["complete_pessimistic"], message_id,
+                    if status.endswith(" 0"):  # a duplicate committed first
+                        self.duplicates += 1
+                        log.info("outbox_duplicate", concurrency="pessimistic")
+                        return
+                collected = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
+                context = HandlerContext(
+                    message=message, endpoint=self._pipeline.endpoint,
+                    local_address=self._pipeline.local_address, dispatcher=collected,
+                    connection=business,
+                )
+                self.handler_runs += 1
+                await self._pipeline.handle(message, context)
+                operations = [operation_of(a, m) for a, m in collected.pending]
+                operations += [delayed_operation_of(d) for d in collected.pending_delayed]
+                if self._settings.pessimistic:
+                    await business.execute(sql["complete_pessimistic"], message_id,
+                                           encode_operations(operations))
+                else:
+                    try:
+                        await business.execute(sql["store"], message_id, PERSISTENCE_VERSION,
                                                encode_operations(operations))
-                    else:
-                        try:
-                            await business.execute(sql["store"], message_id, PERSISTENCE_VERSION,
-                                                   encode_operations(operations))
-                        except asyncpg.UniqueViolationError as exc:
-                            raise _LostRace() from exc
-            except _LostRace:
-                self.duplicates += 1
-                log.info("outbox_duplicate", concurrency="optimistic")
+                    except asyncpg.UniqueViolationError as exc:
+                        raise _LostRace() from exc
+        except _LostRace:
+            self.duplicates += 1
+            log.info("outbox_duplicate", concurrency="optimistic")
 
     async def _dispatch(self, connection: asyncpg.Connection, message_id: str) -> None:
         """Dispatch a stored record's operations and mark it dispatched, once."""
-        row = await connection.fetchrow(self._storage.sql["lock_for_dispatch"], message_id)
-        if row is None or row["dispatched"]:
-            return
+        row = await connection.fetchrow(self._storage.sql["take_for_dispatch"], message_id)
+        if row is None:
+            return  # dispatched already (by an earlier delivery or a competing duplicate)
         by_queue: dict[QueueAddress, list[OutgoingMessage]] = defaultdict(list)
         schema = self._pipeline.local_address.schema
         for operation in decode_operations(row["operations"]):
@@ -163,5 +181,4 @@ class OutboxStrategy:
             await store.store(connection, as_delayed(address, outgoing, due))
         for address, messages in by_queue.items():
             await sending.send_many(connection, address, messages)
-        await connection.execute(self._storage.sql["set_dispatched"], message_id)
 

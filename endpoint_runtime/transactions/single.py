@@ -29,6 +29,9 @@ class SingleMessageStrategy:
         self._sends_atomic = sends_atomic
         self._immediate = ImmediateDispatcher(pool, pipeline.delayed_store)
 
+    async def slot_ended(self, connection: asyncpg.Connection) -> None:
+        return None
+
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         pipeline = self._pipeline
         transaction = connection.transaction()

@@ -52,6 +52,7 @@ async def drain(transport: PostgresTransport, strategy: OutboxStrategy) -> None:
     async with transport.pool.acquire() as connection:
         while (await strategy.receive_round(connection)).taken:
             pass
+        await strategy.slot_ended(connection)
 
 
 async def counts(transport: PostgresTransport) -> tuple[int, int, int]:
@@ -100,6 +101,7 @@ async def test_concurrent_duplicates_write_and_dispatch_once(
     async def one_round() -> None:
         async with transport.pool.acquire() as connection:
             await strategy.receive_round(connection)
+            await strategy.slot_ended(connection)
 
     await asyncio.gather(one_round(), one_round())  # both copies in flight at once
     await drain(transport, strategy)
@@ -126,7 +128,8 @@ async def test_record_committed_but_not_dispatched_is_dispatched_on_redelivery(
 
         received = await receiving.receive(connection, optimistic_endpoint.address)
         assert isinstance(received, TransportMessage)
-        await strategy._run_handlers(received)  # the business transaction commits
+        async with transport.pool.acquire() as business:
+            await strategy._run_handlers(received, business)  # the business commit
         await transaction.rollback()  # ... and the process dies: the receive rolls back
     assert await counts(transport) == (1, 0, 1)
     assert await transport.depth("payments") == 1

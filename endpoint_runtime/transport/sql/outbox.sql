@@ -33,13 +33,19 @@ ON CONFLICT (message_id) DO NOTHING;
 -- complete_pessimistic --
 UPDATE {table} SET operations = $2::jsonb WHERE message_id = $1;
 
--- lock_for_dispatch --
--- Serializes dispatchers of one message id: the second sees dispatched = true.
-SELECT dispatched, operations::text FROM {table} WHERE message_id = $1 FOR UPDATE;
-
--- set_dispatched --
-UPDATE {table} SET dispatched = true, dispatched_at = now(), operations = NULL
-WHERE message_id = $1;
+-- take_for_dispatch --
+-- Marks the record dispatched and returns the operations it held, in one round trip. The row
+-- lock serializes dispatchers of one message id: the second finds it dispatched, gets no row.
+WITH previous AS (
+    SELECT message_id, operations FROM {table}
+    WHERE message_id = $1 AND NOT dispatched
+    FOR UPDATE
+)
+UPDATE {table} AS record
+SET dispatched = true, dispatched_at = now(), operations = NULL
+FROM previous
+WHERE record.message_id = previous.message_id
+RETURNING previous.operations::text AS operations;
 
 -- cleanup_batch --
 DELETE FROM {table}
