@@ -75,6 +75,7 @@ class OutboxStorage:
 
     def __init__(self, table: QueueAddress) -> None:
         self.table = table
+        self._dispatch_statements: dict[QueueAddress, str] = {}
 
     @classmethod
     def for_endpoint(cls, endpoint: QueueAddress, table_name: str | None) -> OutboxStorage:
@@ -87,6 +88,7 @@ class OutboxStorage:
             "schema": quote_identifier(self.table.schema),
             "dispatched_at_idx": quote_identifier(_index_name(self.table, "dispatched_at")),
             "dispatched_idx": quote_identifier(_index_name(self.table, "dispatched")),
+            "queue": "{queue}",  # filled per destination by dispatch_and_mark()
         }
         return {name: text.format(**names) for name, text in sql.load("outbox.sql").items()}
 
@@ -96,6 +98,26 @@ class OutboxStorage:
             await connection.execute(self.sql["create_table"])
             await connection.execute(self.sql["create_dispatched_at_index"])
             await connection.execute(self.sql["create_dispatched_index"])
+
+    def begin(self, message_id: str, *, pessimistic: bool, isolation: str) -> str:
+        """BEGIN and the look-up (or the pessimistic claim) of ``message_id``, as one
+        simple query; its command tag tells whether the message id is new."""
+        literal = f"convert_from(decode('{message_id.encode().hex()}', 'hex'), 'UTF8')"
+        if pessimistic:
+            statement = self.sql["begin_and_claim"].format(
+                message_id=literal, version=f"'{PERSISTENCE_VERSION}'"
+            )
+        else:
+            statement = self.sql["begin_and_look_up"].format(message_id=literal)
+        return f"BEGIN ISOLATION LEVEL {isolation.replace('_', ' ').upper()}; {statement}"
+
+    def dispatch_and_mark(self, destination: QueueAddress) -> str:
+        """The one-round-trip dispatch into ``destination`` (statement cached per queue)."""
+        statement = self._dispatch_statements.get(destination)
+        if statement is None:
+            statement = self.sql["dispatch_and_mark"].replace("{queue}", destination.qualified)
+            self._dispatch_statements[destination] = statement
+        return statement
 
     @property
     def lock_key(self) -> int:

@@ -16,6 +16,7 @@ the process dies between 2 and 3, the redelivered message finds its record and o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections import defaultdict
 
@@ -24,10 +25,16 @@ import structlog
 
 from endpoint_runtime.context import HandlerContext, parse_address
 from endpoint_runtime.errors import RecoverabilityFailedError
-from endpoint_runtime.messages import OutgoingMessage, PoisonMessage, TransportMessage
+from endpoint_runtime.messages import (
+    OutgoingMessage,
+    PoisonMessage,
+    TransportMessage,
+    encode_headers,
+)
 from endpoint_runtime.outbox import (
     PERSISTENCE_VERSION,
     OutboxStorage,
+    TransportOperation,
     decode_operations,
     delayed_operation_of,
     encode_operations,
@@ -39,12 +46,9 @@ from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round,
 from endpoint_runtime.transactions.single import _rollback_quietly
 from endpoint_runtime.transport import receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.sending import row_id
 
 log = structlog.get_logger("endpoint_runtime.outbox")
-
-
-class _LostRace(Exception):
-    """An optimistic duplicate lost on the outbox primary key."""
 
 
 class OutboxStrategy:
@@ -97,13 +101,12 @@ class OutboxStrategy:
                 await transaction.commit()
                 return Round(taken=1, failed=1)
             message_id = received.message_id
-            dispatched = await connection.fetchval(self._storage.sql["exists"], message_id)
-            if dispatched is None:
-                await self._run_handlers(received, await self._business_connection(connection))
+            business = await self._business_connection(connection)
+            operations = await self._run_handlers(received, business)
+            if operations is not None and self._dispatch_in_one_statement(operations):
+                await self._dispatch_fresh(connection, message_id, operations)
             else:
-                self.duplicates += 1
-                log.info("outbox_duplicate", dispatched=dispatched)
-            await self._dispatch(connection, message_id)
+                await self._dispatch(connection, message_id)
             await transaction.commit()
             pipeline.failures.forget(received.native_id)
             return Round(taken=1, handled=1)
@@ -122,42 +125,76 @@ class OutboxStrategy:
 
     async def _run_handlers(
         self, message: TransportMessage, business: asyncpg.Connection
-    ) -> None:
-        """The business transaction: handlers and the outbox record commit together."""
+    ) -> list[TransportOperation] | None:
+        """The business transaction: handlers and the outbox record commit together.
+
+        Returns the operations the handlers produced, or ``None`` when the message id was
+        already recorded (a duplicate: the handlers did not run, or their work rolled back).
+        """
         sql = self._storage.sql
         message_id = message.message_id
+        pessimistic = self._settings.pessimistic
+        status = await business.execute(self._storage.begin(
+            message_id, pessimistic=pessimistic, isolation=self._settings.isolation
+        ))
         try:
-            async with business.transaction(isolation=self._settings.isolation):
-                if self._settings.pessimistic:
-                    status = await business.execute(
-                        sql["begin_pessimistic"], message_id, PERSISTENCE_VERSION
-                    )
-                    if status.endswith(" 0"):  # a duplicate committed first
-                        self.duplicates += 1
-                        log.info("outbox_duplicate", concurrency="pessimistic")
-                        return
-                collected = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
-                context = HandlerContext(
-                    message=message, endpoint=self._pipeline.endpoint,
-                    local_address=self._pipeline.local_address, dispatcher=collected,
-                    connection=business,
-                )
-                self.handler_runs += 1
-                await self._pipeline.handle(message, context)
-                operations = [operation_of(a, m) for a, m in collected.pending]
-                operations += [delayed_operation_of(d) for d in collected.pending_delayed]
-                if self._settings.pessimistic:
-                    await business.execute(sql["complete_pessimistic"], message_id,
+            if status in ("SELECT 1", "INSERT 0 0"):  # recorded by an earlier delivery
+                await business.execute("ROLLBACK")
+                self.duplicates += 1
+                log.info("outbox_duplicate", concurrency="pessimistic" if pessimistic
+                         else "optimistic")
+                return None
+            collected = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
+            context = HandlerContext(
+                message=message, endpoint=self._pipeline.endpoint,
+                local_address=self._pipeline.local_address, dispatcher=collected,
+                connection=business,
+            )
+            self.handler_runs += 1
+            await self._pipeline.handle(message, context)
+            operations = [operation_of(a, m) for a, m in collected.pending]
+            operations += [delayed_operation_of(d) for d in collected.pending_delayed]
+            if pessimistic:
+                await business.execute(sql["complete_pessimistic"], message_id,
+                                       encode_operations(operations))
+            else:
+                try:
+                    await business.execute(sql["store"], message_id, PERSISTENCE_VERSION,
                                            encode_operations(operations))
-                else:
-                    try:
-                        await business.execute(sql["store"], message_id, PERSISTENCE_VERSION,
-                                               encode_operations(operations))
-                    except asyncpg.UniqueViolationError as exc:
-                        raise _LostRace() from exc
-        except _LostRace:
-            self.duplicates += 1
-            log.info("outbox_duplicate", concurrency="optimistic")
+                except asyncpg.UniqueViolationError:
+                    # An optimistic duplicate lost the race: its business work rolls back.
+                    await business.execute("ROLLBACK")
+                    self.duplicates += 1
+                    log.info("outbox_duplicate", concurrency="optimistic")
+                    return None
+            await business.execute("COMMIT")
+            return operations
+        except BaseException:
+            if not business.is_closed() and business.is_in_transaction():
+                with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError):
+                    await business.execute("ROLLBACK")
+            raise
+
+    @staticmethod
+    def _dispatch_in_one_statement(operations: list[TransportOperation]) -> bool:
+        return (bool(operations) and all(o.due is None for o in operations)
+                and len({o.destination for o in operations}) == 1)
+
+    async def _dispatch_fresh(
+        self, connection: asyncpg.Connection, message_id: str,
+        operations: list[TransportOperation],
+    ) -> None:
+        """Mark and dispatch in one round trip, from the operations this delivery produced."""
+        destination = parse_address(operations[0].destination,
+                                    self._pipeline.local_address.schema)
+        await connection.execute(
+            self._storage.dispatch_and_mark(destination),
+            message_id,
+            [row_id(o.message_id) for o in operations],
+            [o.time_to_be_received for o in operations],
+            [encode_headers(o.headers) for o in operations],
+            [o.body for o in operations],
+        )
 
     async def _dispatch(self, connection: asyncpg.Connection, message_id: str) -> None:
         """Dispatch a stored record's operations and mark it dispatched, once."""

@@ -16,15 +16,19 @@ from endpoint_runtime.transport.addresses import QueueAddress
 Executor: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
-def _native_id(message: OutgoingMessage) -> uuid.UUID | str:
-    """The row id: the message id itself when it is a canonical UUID (asyncpg takes the text
-    as it is), else a fresh one: user-chosen message ids need not be UUIDs."""
-    if is_canonical_uuid(message.message_id):
-        return message.message_id
+def row_id(message_id: str) -> uuid.UUID | str:
+    """The row id of a message: its message id when that is a canonical UUID (asyncpg takes
+    the text as it is), else a fresh one: user-chosen message ids need not be UUIDs."""
+    if is_canonical_uuid(message_id):
+        return message_id
     try:
-        return uuid.UUID(message.message_id)
+        return uuid.UUID(message_id)
     except ValueError:
         return uuid.uuid4()
+
+
+def _native_id(message: OutgoingMessage) -> uuid.UUID | str:
+    return row_id(message.message_id)
 
 
 async def send(executor: Executor, address: QueueAddress, message: OutgoingMessage) -> None:

@@ -16,19 +16,23 @@ CREATE INDEX IF NOT EXISTS {dispatched_at_idx} ON {table} (dispatched_at);
 -- create_dispatched_index --
 CREATE INDEX IF NOT EXISTS {dispatched_idx} ON {table} (dispatched);
 
--- exists --
-SELECT dispatched FROM {table} WHERE message_id = $1;
+-- begin_and_look_up --
+-- Sent as one simple query with BEGIN (saving a round trip): the command tag "SELECT 1" or
+-- "SELECT 0" says whether a record exists. {{message_id}} is filled in later with
+-- convert_from(decode('<hex>', 'hex'), 'UTF8'): hex digits only, so nothing can be injected.
+SELECT 1 FROM {table} WHERE message_id = {{message_id}};
+
+-- begin_and_claim --
+-- Pessimistic, sent with BEGIN likewise: "INSERT 0 1" claims the message id; a concurrent
+-- duplicate blocks here until the first commits, then gets "INSERT 0 0".
+INSERT INTO {table} (message_id, dispatched, persistence_version, operations)
+VALUES ({{message_id}}, false, {{version}}, NULL)
+ON CONFLICT (message_id) DO NOTHING;
 
 -- store --
 -- Optimistic: a concurrent duplicate fails here on the primary key.
 INSERT INTO {table} (message_id, dispatched, persistence_version, operations)
 VALUES ($1, false, $2, $3::jsonb);
-
--- begin_pessimistic --
--- Pessimistic: a concurrent duplicate blocks here until the first commits, then inserts nothing.
-INSERT INTO {table} (message_id, dispatched, persistence_version, operations)
-VALUES ($1, false, $2, NULL)
-ON CONFLICT (message_id) DO NOTHING;
 
 -- complete_pessimistic --
 UPDATE {table} SET operations = $2::jsonb WHERE message_id = $1;
@@ -46,6 +50,24 @@ SET dispatched = true, dispatched_at = now(), operations = NULL
 FROM previous
 WHERE record.message_id = previous.message_id
 RETURNING previous.operations::text AS operations;
+
+-- dispatch_and_mark --
+-- The common case in one round trip: mark the record dispatched and, only if this call did,
+-- insert its operations into their one destination queue ({queue}).
+WITH marked AS (
+    UPDATE {table} SET dispatched = true, dispatched_at = now(), operations = NULL
+    WHERE message_id = $1 AND NOT dispatched
+    RETURNING 1
+)
+INSERT INTO {queue} (id, expires, headers, body)
+SELECT m.id,
+       CASE WHEN m.ttbr IS NULL THEN NULL
+            ELSE (now() AT TIME ZONE 'UTC') + make_interval(secs => m.ttbr) END,
+       m.headers, m.body
+FROM unnest($2::uuid[], $3::float8[], $4::text[], $5::bytea[])
+     WITH ORDINALITY AS m(id, ttbr, headers, body, n)
+WHERE EXISTS (SELECT 1 FROM marked)
+ORDER BY m.n;
 
 -- cleanup_batch --
 DELETE FROM {table}
