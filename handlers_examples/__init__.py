@@ -1,4 +1,5 @@
-"""Example endpoints: an order flow sales -> billing -> shipping -> notifications.
+"""Example endpoints: an order flow sales -> billing -> shipping -> notifications, and
+sales -> loyalty -> notifications.
 
 ===============  ==========================================  ==================================
 module           transaction mode                            shows
@@ -7,6 +8,9 @@ sales            SENDS_ATOMIC_WITH_RECEIVE                   business row + send
                                                              transaction; unrecoverable errors
 billing          RECEIVE_ONLY                                sends leave at once (ghosts)
 shipping         SENDS_ATOMIC_WITH_RECEIVE, batch_size=10    batched receive; immediate retries
+loyalty          RECEIVE_ONLY + outbox (pessimistic)         exactly-once effect: points row +
+                                                             sends once per message id; a
+                                                             reminder deferred with delay=
 notifications    NONE                                        at-most-once, fire-and-forget
 ===============  ==========================================  ==================================
 

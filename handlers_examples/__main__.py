@@ -1,13 +1,19 @@
 """Main job: run the example order flow end to end and print what happened.
 
     python -m handlers_examples [--orders 50] [--timeout 120] [--invalid-orders 1]
+                                [--redeliveries 3]
 
-Creates the business tables, starts the four example endpoints on Ray (sales, billing, shipping,
-notifications), sends PlaceOrder messages to sales (plus invalid ones that must end in the error
-queue), waits until every valid order is shipped, prints a summary and stops the endpoints
-gracefully. Exit status: 0 when the flow completed, 1 when it did not within the timeout, 2 on
-a configuration or database error, 130 when SIGINT/SIGTERM cut the wait short (the endpoints
-are still stopped gracefully and the summary printed).
+Creates the business tables, starts the five example endpoints on Ray (sales, billing, shipping,
+loyalty, notifications), sends PlaceOrder messages to sales (plus invalid ones that must end in
+the error queue), waits until every valid order is shipped and has its loyalty points, whose
+deferred expiry reminder was handled too, prints a summary and stops the endpoints gracefully.
+Once loyalty has handled every AwardPoints, the client sends a few of them again with their
+original message ids, as a redelivery would: loyalty's outbox must keep them from its handler
+(the summary checks loyalty's and notifications' final counts for that).
+
+Exit status: 0 when the flow completed, 1 when it did not within the timeout, 2 on a
+configuration or database error, 130 when SIGINT/SIGTERM cut the wait short (the endpoints are
+still stopped gracefully and the summary printed).
 
 Re-runnable: each run uses fresh order ids (``<run id>-00001``...) and counts only its own rows
 and replies; the error queue is reported as "added by this run".
@@ -37,13 +43,20 @@ from endpoint_runtime import (
 from endpoint_runtime.actors.peeker import DeploymentStatus
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.messages import TransportMessage
-from handlers_examples.messages import OrderReceived, PlaceOrder
+from handlers_examples.loyalty import REMINDER_DELAY
+from handlers_examples.messages import (
+    AwardPoints,
+    OrderReceived,
+    PlaceOrder,
+    award_points_message_id,
+)
 from handlers_examples.schema import count_rows, create_tables
 
 ENDPOINTS = {
     "sales": "handlers_examples.sales:endpoint",
     "billing": "handlers_examples.billing:endpoint",
     "shipping": "handlers_examples.shipping:endpoint",
+    "loyalty": "handlers_examples.loyalty:endpoint",
     "notifications": "handlers_examples.notifications:endpoint",
 }
 CLIENT_QUEUE = "examples_client"
@@ -57,17 +70,22 @@ SEND_CONCURRENCY = 10
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m handlers_examples",
-        description="Run the example endpoints (sales -> billing -> shipping -> notifications) "
-        "end to end on PostgreSQL and Ray.",
+        description="Run the example endpoints (sales -> billing -> shipping -> notifications, "
+        "sales -> loyalty -> notifications) end to end on PostgreSQL and Ray.",
     )
     parser.add_argument("--orders", type=int, default=50, help="valid orders to place (50)")
     parser.add_argument("--invalid-orders", type=int, default=1,
                         help="invalid orders to place; each must end in the error queue (1)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for the flow to complete (120)")
+    parser.add_argument("--redeliveries", type=int, default=3,
+                        help="AwardPoints copies sent again, with their original message ids, "
+                        "once loyalty has handled them; its outbox must ignore them (3)")
     args = parser.parse_args(argv)
     if args.orders < 1 or args.invalid_orders < 0 or args.timeout <= 0:
         parser.error("--orders must be at least 1, --invalid-orders at least 0, --timeout > 0")
+    if not 0 <= args.redeliveries <= args.orders:
+        parser.error("--redeliveries must be between 0 and --orders")
     return args
 
 
@@ -94,9 +112,16 @@ class Progress(msgspec.Struct):
     orders: int = 0
     invoices: int = 0
     shipments: int = 0
+    points: int = 0
+    """Rows of loyalty_points."""
+    reminded: int = 0
+    """Of those, rows whose deferred PointsExpiryReminder was handled."""
     replies: int = 0
+    redelivered: int = 0
+    """AwardPoints copies the client sent again."""
     errors_added: int = 0
     notifications_waiting: int = 0
+    loyalty_waiting: int = 0
 
 
 class Client:
@@ -106,6 +131,19 @@ class Client:
         self.transport = transport
         self.order_ids = set(order_ids)
         self.replied: set[str] = set()
+        self.redelivered = 0
+
+    async def redeliver_awards(self, sender: Sender, orders: list[PlaceOrder]) -> None:
+        """Send AwardPoints for ``orders`` again with the message ids sales gave them: to
+        loyalty this is a redelivery of messages it has already handled."""
+        for order in orders:
+            await sender.send(
+                AwardPoints(order_id=order.order_id, customer=order.customer,
+                            amount=order.amount),
+                destination="loyalty",
+                message_id=award_points_message_id(order.order_id),
+            )
+            self.redelivered += 1
 
     async def receive_replies(self) -> int:
         """Take every reply waiting in the client queue; count those of this run's orders
@@ -125,16 +163,19 @@ async def observe(client: Client, errors_before: int) -> Progress:
     rows = await count_rows(transport.pool, list(client.order_ids))
     return Progress(
         orders=rows["orders"], invoices=rows["invoices"], shipments=rows["shipments"],
-        replies=await client.receive_replies(),
+        points=rows["loyalty_points"], reminded=rows["reminded"],
+        replies=await client.receive_replies(), redelivered=client.redelivered,
         errors_added=await transport.depth(ERROR_QUEUE) - errors_before,
         notifications_waiting=await transport.depth("notifications"),
+        loyalty_waiting=await transport.depth("loyalty"),
     )
 
 
 async def run(args: argparse.Namespace) -> int:
     configure_logging()
     settings = load_settings(TransportSettings)
-    print("== endpoint_runtime examples: sales -> billing -> shipping -> notifications", flush=True)
+    print("== endpoint_runtime examples: sales -> billing -> shipping -> notifications, "
+          "sales -> loyalty -> notifications", flush=True)
     async with PostgresTransport.connect(settings) as transport:
         # Resolved once (embedded server started if needed); the sender reuses it.
         settings = msgspec.structs.replace(settings, dsn=transport.dsn)
@@ -172,7 +213,10 @@ async def run(args: argparse.Namespace) -> int:
                   f"order(s) to sales in {sent_in:.2f} s", flush=True)
 
             client = Client(transport, order_ids)
-            progress = await wait_for_flow(client, deployments, errors_before, args, stop)
+            progress, shipped_after = await wait_for_flow(
+                client, sender, orders[:args.redeliveries], deployments, errors_before, args,
+                stop,
+            )
             elapsed = time.monotonic() - began
             complete = flow_complete(progress, args)
         finally:
@@ -187,7 +231,8 @@ async def run(args: argparse.Namespace) -> int:
                     print(f"stopping {name} failed: {result!r}", file=sys.stderr)
         errors_total = await transport.depth(ERROR_QUEUE)
 
-    print_summary(args, progress, finals, elapsed, errors_total, complete, stop.is_set())
+    print_summary(args, progress, finals, elapsed, shipped_after, errors_total, complete,
+                  stop.is_set())
     if stop.is_set():
         return 130
     return 0 if complete else 1
@@ -225,56 +270,85 @@ def flow_complete(progress: Progress, args: argparse.Namespace) -> bool:
     return (
         progress.shipments == args.orders
         and progress.replies == args.orders
+        and progress.points == args.orders
+        and progress.reminded == args.orders
+        and progress.redelivered == args.redeliveries
         and progress.errors_added >= args.invalid_orders
         and progress.notifications_waiting == 0
+        and progress.loyalty_waiting == 0  # the redelivered copies were consumed too
     )
 
 
 async def wait_for_flow(
-    client: Client, deployments: dict[str, EndpointDeployment], errors_before: int,
+    client: Client, sender: Sender, redeliver: list[PlaceOrder],
+    deployments: dict[str, EndpointDeployment], errors_before: int,
     args: argparse.Namespace, stop: asyncio.Event,
-) -> Progress:
-    """Poll the business tables until every order is shipped; a progress line each second
-    (with each endpoint's running receivers, so that a stall shows where it is)."""
+) -> tuple[Progress, float | None]:
+    """Poll the business tables until every order is shipped and has its points, reminded;
+    a progress line each second (with each endpoint's running receivers, so that a stall
+    shows where it is). Once every order has its points, the AwardPoints of ``redeliver``
+    are sent again. Returns the last progress and the seconds until every order was shipped
+    (``None`` if that did not happen)."""
     began = time.monotonic()
     deadline = began + args.timeout
     last_line = began
+    shipped_after = None
     n = args.orders
     while True:
         progress = await observe(client, errors_before)
         now = time.monotonic()
+        if shipped_after is None and progress.shipments == n:
+            shipped_after = now - began
         if flow_complete(progress, args) or now >= deadline or stop.is_set():
             break
+        if progress.points == n and client.redelivered < len(redeliver):
+            await client.redeliver_awards(sender, redeliver)
+            print(f"  {now - began:5.1f} s  every order has its points: sent {len(redeliver)} "
+                  "AwardPoints again with their original message ids (a redelivery)",
+                  flush=True)
         if now - last_line >= 1.0:
             last_line = now
             statuses = await asyncio.gather(*(d.status() for d in deployments.values()))
             receivers = " ".join(f"{s.endpoint}={len(s.receivers)}" for s in statuses)
             print(f"  {now - began:5.1f} s  orders {progress.orders}/{n}  invoices "
                   f"{progress.invoices}/{n}  shipments {progress.shipments}/{n}  "
+                  f"points {progress.points}/{n}  reminded {progress.reminded}/{n}  "
                   f"error queue +{progress.errors_added}  receivers {receivers}", flush=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=0.1)
-    return progress
+    return progress, shipped_after
 
 
 def print_summary(
     args: argparse.Namespace, progress: Progress, finals: dict[str, DeploymentStatus],
-    elapsed: float, errors_total: int, complete: bool, interrupted: bool,
+    elapsed: float, shipped_after: float | None, errors_total: int, complete: bool,
+    interrupted: bool,
 ) -> None:
     n = args.orders
-    handled = progress.orders + progress.invoices + progress.shipments
+    delay = f"{REMINDER_DELAY.total_seconds():g} s"
+    handled = (progress.orders + progress.invoices + progress.shipments + progress.points
+               + progress.reminded)
     print()
     print("== summary")
     print(f"orders     {progress.orders:6d} / {n}   (table orders, this run)")
     print(f"invoices   {progress.invoices:6d} / {n}   (table invoices)")
     print(f"shipments  {progress.shipments:6d} / {n}   (table shipments)")
+    print(f"points     {progress.points:6d} / {n}   (table loyalty_points, written through "
+          "loyalty's outbox)")
+    print(f"reminded   {progress.reminded:6d} / {n}   (loyalty_points.reminded_at: "
+          f"PointsExpiryReminder handled, deferred {delay} by loyalty)")
     print(f"replies    {progress.replies:6d} / {n}   (OrderReceived, received by the client from "
           f"queue {CLIENT_QUEUE})")
-    until = "every order was shipped" if complete else (
+    print(f"redelivered{progress.redelivered:6d} / {args.redeliveries}    (AwardPoints sent again "
+          "with their original message ids, as in a redelivery)")
+    until = "the flow completed" if complete else (
         "the interruption" if interrupted else "the timeout")
     print(f"took       {elapsed:6.2f} s from the first send until {until}: "
-          f"{progress.shipments / elapsed:.1f} orders/s, {handled / elapsed:.1f} messages/s "
-          "(sales + billing + shipping)")
+          f"{handled / elapsed:.1f} messages/s (sales + billing + shipping + loyalty; the "
+          f"{delay} reminder delay included)")
+    if shipped_after is not None:
+        print(f"           every order was shipped after {shipped_after:.2f} s: "
+              f"{n / shipped_after:.1f} orders/s")
     print()
     print(f"{'endpoint':<14}{'mode':<38}{'processed':>10}{'failed':>8}{'to error':>10}"
           f"{'receivers':>11}")
@@ -284,13 +358,15 @@ def print_summary(
         moved = sum(r.moved_to_error for r in status.receivers)
         print(f"{name:<14}{mode:<38}{status.processed:>10}{failed:>8}{moved:>10}"
               f"{len(status.receivers):>11}")
-    print("  (failed = failed attempts: shipping's simulated carrier timeouts are retried, "
-          "sales' invalid orders are not)")
+    print("  (processed = messages whose handlers ran; failed = failed attempts: shipping's "
+          "simulated carrier timeouts are retried, sales' invalid orders are not)")
     print()
+    print_exactly_once(args, finals)
     print(f"error queue: +{progress.errors_added} this run (expected {args.invalid_orders}, "
           f"the invalid orders); {errors_total} message(s) in it in total")
     if complete:
-        print(f"OK: all {n} orders went through sales -> billing -> shipping -> notifications")
+        print(f"OK: all {n} orders went through sales -> billing -> shipping -> notifications "
+              f"and got their loyalty points, with the reminder {delay} later")
     elif interrupted:
         print("INTERRUPTED: the endpoints were stopped before the flow completed")
     else:
@@ -298,11 +374,38 @@ def print_summary(
               "(the log on stderr says why; the counts above say where it stopped)")
 
 
+def print_exactly_once(args: argparse.Namespace, finals: dict[str, DeploymentStatus]) -> None:
+    """What the endpoints' final counts say about the redelivered AwardPoints.
+
+    A copy that got past loyalty's outbox would run the award handler again: its plain INSERT
+    would fail on the points row's primary key (a failed attempt), and a PointsAwarded sent
+    twice would add to notifications' count.
+    """
+    loyalty, notifications = finals.get("loyalty"), finals.get("notifications")
+    if loyalty is None or notifications is None:
+        return
+    n = args.orders
+    confirmed = (loyalty.processed == 2 * n and loyalty.failed == 0
+                 and notifications.processed == 2 * n)
+    print(f"outbox: loyalty's handlers ran {loyalty.processed} times ({n} AwardPoints + {n} "
+          f"reminders) with {loyalty.failed} failed attempts; notifications handled "
+          f"{notifications.processed} ({n} OrderShipped + {n} PointsAwarded)")
+    if confirmed:
+        print(f"        so the {args.redeliveries} redelivered AwardPoints reached no handler: "
+              "points, PointsAwarded and reminders exactly once")
+    else:
+        print(f"        NOT CONFIRMED: expected {2 * n}, 0 failed attempts and {2 * n} "
+              "(messages left by an interrupted run, or a transient failure, also count here)")
+
+
 def _mode_of(name: str) -> str:
     from endpoint_runtime import load_endpoint
 
     settings = load_endpoint(ENDPOINTS[name]).settings
     mode = settings.mode.value
+    if settings.outbox is not None:
+        concurrency = "pessimistic" if settings.outbox.pessimistic else "optimistic"
+        return f"{mode} + outbox ({concurrency})"
     return f"{mode} (batch {settings.batch_size})" if settings.batch_size > 1 else mode
 
 

@@ -1,4 +1,5 @@
-"""Messages of the example order flow: sales -> billing -> shipping -> notifications.
+"""Messages of the example order flow: sales -> billing -> shipping -> notifications, and
+sales -> loyalty (-> loyalty, deferred) -> notifications.
 
 Message types are plain ``msgspec.Struct`` classes. Their wire name (header
 ``NServiceBus.EnclosedMessageTypes``) is ``module.QualName``, e.g.
@@ -24,6 +25,11 @@ class PlaceOrder(msgspec.Struct, frozen=True, kw_only=True):
     product: str
     quantity: int
     unit_price: Decimal
+
+    @property
+    def amount(self) -> Decimal:
+        """What the order costs: ``unit_price`` x ``quantity``."""
+        return self.unit_price * self.quantity
 
 
 class OrderReceived(msgspec.Struct, frozen=True, kw_only=True):
@@ -57,3 +63,41 @@ class OrderShipped(msgspec.Struct, frozen=True, kw_only=True):
     shipment_id: str
     customer: str
     carrier: str
+
+
+class AwardPoints(msgspec.Struct, frozen=True, kw_only=True):
+    """Sales -> loyalty: credit the customer with points for an accepted order.
+
+    Sent with the message id :func:`award_points_message_id` of the order.
+    """
+
+    order_id: str
+    customer: str
+    amount: Decimal
+
+
+def award_points_message_id(order_id: str) -> str:
+    """The message id of an order's AwardPoints, derived from the order id.
+
+    A copy sent again with this id is what a redelivery looks like to loyalty, whose outbox
+    deduplicates by message id (``python -m handlers_examples`` sends a few such copies on
+    purpose). Message ids need not be UUIDs: a queue row then gets a fresh row id of its own,
+    so a copy never collides with the original in the queue table.
+    """
+    return f"award-points/{order_id}"
+
+
+class PointsAwarded(msgspec.Struct, frozen=True, kw_only=True):
+    """Loyalty -> notifications: the customer has new points."""
+
+    order_id: str
+    customer: str
+    points: int
+
+
+class PointsExpiryReminder(msgspec.Struct, frozen=True, kw_only=True):
+    """Loyalty -> loyalty, deferred: time to remind the customer that points will expire."""
+
+    order_id: str
+    customer: str
+    points: int

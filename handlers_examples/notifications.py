@@ -1,4 +1,5 @@
-"""Notifications: tells customers their parcel is on its way. Mode NONE.
+"""Notifications: tells customers their parcel is on its way and that they earned points.
+Mode NONE.
 
 The message is deleted (committed) before the handler runs: no transaction is held open while
 the e-mail goes out, and no retries. If the handler fails, the notification is not retried; a
@@ -11,7 +12,7 @@ from __future__ import annotations
 import structlog
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
-from handlers_examples.messages import OrderShipped
+from handlers_examples.messages import OrderShipped, PointsAwarded
 
 log = structlog.get_logger("handlers_examples.notifications")
 
@@ -24,4 +25,13 @@ async def email_customer(message: OrderShipped, context: HandlerContext) -> None
     log.debug(
         "shipping_email_sent",
         customer=message.customer, order_id=message.order_id, carrier=message.carrier,
+    )
+
+
+@endpoint.handler
+async def tell_points_awarded(message: PointsAwarded, context: HandlerContext) -> None:
+    # Sent by loyalty through its outbox: once per order, however often AwardPoints came.
+    log.debug(
+        "points_email_sent",
+        customer=message.customer, order_id=message.order_id, points=message.points,
     )

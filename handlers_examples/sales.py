@@ -1,8 +1,9 @@
 """Sales: takes orders. Mode SENDS_ATOMIC_WITH_RECEIVE.
 
-The order row, the OrderAccepted to billing, the reply to the customer's client and the
-removal of PlaceOrder from the queue commit as one transaction: either the order exists and
-billing hears of it, or neither happened and PlaceOrder is retried.
+The order row, the OrderAccepted to billing, the AwardPoints to loyalty, the reply to the
+customer's client and the removal of PlaceOrder from the queue commit as one transaction:
+either the order exists and billing and loyalty hear of it, or none of it happened and
+PlaceOrder is retried.
 
 Run it on its own with ``endpoint-runtime run handlers_examples.sales:endpoint``.
 """
@@ -12,7 +13,13 @@ from __future__ import annotations
 import structlog
 
 from endpoint_runtime import Endpoint, HandlerContext, Headers, TransactionMode
-from handlers_examples.messages import OrderAccepted, OrderReceived, PlaceOrder
+from handlers_examples.messages import (
+    AwardPoints,
+    OrderAccepted,
+    OrderReceived,
+    PlaceOrder,
+    award_points_message_id,
+)
 
 log = structlog.get_logger("handlers_examples.sales")
 
@@ -38,7 +45,7 @@ async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
         raise InvalidOrder(f"order {message.order_id}: quantity must be positive")
     if message.product not in PRODUCTS:
         raise InvalidOrder(f"order {message.order_id}: unknown product {message.product!r}")
-    amount = message.unit_price * message.quantity
+    amount = message.amount
     # Written in the receive transaction: commits with the sends below, or not at all.
     # ON CONFLICT makes a redelivered PlaceOrder harmless (at-least-once delivery).
     inserted = await context.connection.fetchval(
@@ -56,6 +63,13 @@ async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
     await context.send(
         OrderAccepted(order_id=message.order_id, customer=message.customer, amount=amount),
         destination="billing",
+    )
+    # Commits with the order too. Its message id is derived from the order id (see
+    # award_points_message_id), so loyalty's outbox recognises any copy of it.
+    await context.send(
+        AwardPoints(order_id=message.order_id, customer=message.customer, amount=amount),
+        destination="loyalty",
+        message_id=award_points_message_id(message.order_id),
     )
     # A client that gave a ReplyToAddress (a Sender with a queue of its own) gets an answer;
     # one-way senders such as `endpoint-runtime send` do not.
