@@ -89,8 +89,10 @@ class EndpointDeployment:
                  mode=settings.mode.value, max_concurrency=settings.max_concurrency)
         return cls(config, peeker)
 
-    async def status(self) -> DeploymentStatus:
-        status: DeploymentStatus = await self.peeker.status.remote()
+    async def status(self, refresh: bool = False) -> DeploymentStatus:
+        """Status of the peeker and its receivers; by default as of the last peek cycle,
+        with ``refresh=True`` as of now (one Ray call per receiver)."""
+        status: DeploymentStatus = await self.peeker.status.remote(refresh)
         return status
 
     async def set_max_concurrency(self, max_concurrency: int) -> None:

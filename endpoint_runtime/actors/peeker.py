@@ -68,6 +68,10 @@ class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
         return self.retired_processed + sum(r.processed for r in self.receivers)
 
     @property
+    def outbox_duplicates(self) -> int:
+        return sum(r.outbox_duplicates for r in self.receivers)
+
+    @property
     def failed(self) -> int:
         return self.retired_failed + sum(r.failed for r in self.receivers)
 
@@ -315,7 +319,12 @@ class Peeker:
             self.settings.__post_init__()
             await self._reconcile()
 
-    async def status(self) -> DeploymentStatus:
+    async def status(self, refresh: bool = False) -> DeploymentStatus:
+        """The deployment's status; ``refresh`` asks every receiver now instead of reporting
+        what they said at the last peek cycle."""
+        if refresh:
+            async with self._lock:
+                await self._refresh_statuses()
         return self._status([h.last for h in self._receivers if h.last is not None])
 
     def _status(self, receivers: list[ReceiverStatus]) -> DeploymentStatus:

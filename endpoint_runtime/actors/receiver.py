@@ -61,6 +61,8 @@ class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
     receive_breaker: str
     processing_breaker: str
     critical_error: str | None
+    outbox_duplicates: int = 0
+    """Messages whose id the outbox had recorded already: acknowledged without handlers."""
 
 
 class Receiver:
@@ -157,6 +159,7 @@ class Receiver:
             receive_breaker=self._receive_breaker.state.value,
             processing_breaker=self._processing_breaker.state.value,
             critical_error=self._critical_error,
+            outbox_duplicates=getattr(self._strategy, "duplicates", 0),
         )
 
     async def drain(self, grace_seconds: float) -> ReceiverStatus:

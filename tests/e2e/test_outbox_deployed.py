@@ -32,8 +32,8 @@ async def db(database_dsn: str) -> AsyncIterator[PostgresTransport]:
 async def test_duplicates_across_two_deployments_take_effect_once(
     db: PostgresTransport, deployer: Deployer
 ) -> None:
-    await deployer.start("ledger", module=MODULE)
-    await deployer.start("ledger", module=MODULE)  # a second deployment on the same queue
+    first = await deployer.start("ledger", module=MODULE)
+    second = await deployer.start("ledger", module=MODULE)  # same queue, competing
     invoices = [f"inv-{i}" for i in range(15)]
     for invoice in invoices:
         message_id = str(uuid.uuid4())
@@ -50,6 +50,9 @@ async def test_duplicates_across_two_deployments_take_effect_once(
     assert await db.depth("paid_events") == 15  # each outgoing message dispatched once
     assert await db.depth("handler_runs") == 15  # pessimistic: each body ran once
     assert await db.depth("error") == 0
+    duplicates = sum([(await first.status(refresh=True)).outbox_duplicates,
+                      (await second.status(refresh=True)).outbox_duplicates])
+    assert duplicates == 15  # every second copy was recognised, by one deployment or other
 
 
 async def test_killed_between_commit_and_dispatch_dispatches_on_redelivery(
