@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
+import logging
 import math
 import os
 import sys
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import asyncpg
+import structlog
 
 from endpoint_runtime.transport.addresses import quote_identifier
 
@@ -135,3 +139,19 @@ async def throwaway_database(dsn: str, prefix: str = "er_bench") -> AsyncIterato
             await admin.execute(f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)")
         finally:
             await admin.close()
+
+
+def run_benchmark(
+    name: str,
+    parse: Callable[[list[str] | None], argparse.Namespace],
+    main: Callable[[argparse.Namespace], Coroutine[Any, Any, dict[str, Any]]],
+    argv: list[str] | None = None,
+) -> None:
+    """Parse arguments, run ``main`` quietly (warnings only), keep the result unless
+    ``--quick``, and print it as the last line of stdout (one JSON object)."""
+    args = parse(argv)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    result = asyncio.run(main(args))
+    if not args.quick:
+        progress(f"wrote {write_result(name, result)}")
+    print(json.dumps(result), flush=True)

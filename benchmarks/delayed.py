@@ -11,18 +11,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import platform
 import random
-import sys
 import time
 from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
-import structlog
 
-from benchmarks.common import median, percentile, progress, throwaway_database, write_result
+from benchmarks.common import (
+    median,
+    percentile,
+    progress,
+    run_benchmark,
+    throwaway_database,
+)
 from benchmarks.endpoints import Timed, delayed_target
 from endpoint_runtime.deployment import EndpointDeployment
 from endpoint_runtime.embedded import redact_dsn, resolve_dsn, with_database
@@ -110,13 +113,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
-    result = asyncio.run(main(args))
-    if not args.quick:
-        progress(f"wrote {write_result('delayed', result)}")
-    print(json.dumps(result), flush=True)
-    sys.exit(0)
+    run_benchmark("delayed", parse_args, main, argv)
 
 
 if __name__ == "__main__":

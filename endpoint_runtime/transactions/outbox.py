@@ -24,10 +24,8 @@ import asyncpg
 import structlog
 
 from endpoint_runtime.context import HandlerContext, parse_address
-from endpoint_runtime.errors import RecoverabilityFailedError
 from endpoint_runtime.messages import (
     OutgoingMessage,
-    PoisonMessage,
     TransportMessage,
     encode_headers,
 )
@@ -42,9 +40,9 @@ from endpoint_runtime.outbox import (
 )
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.settings import OutboxSettings
-from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round, as_delayed
-from endpoint_runtime.transactions.single import _rollback_quietly
-from endpoint_runtime.transport import receiving, sending
+from endpoint_runtime.transactions.base import BufferedDispatcher, Round, as_delayed
+from endpoint_runtime.transactions.single import receive_in_transaction
+from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.sending import row_id
 
@@ -81,47 +79,16 @@ class OutboxStrategy:
         return business
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
-        pipeline = self._pipeline
-        transaction = connection.transaction()
-        await transaction.start()
-        received = None
-        try:
-            received = await receiving.receive(connection, pipeline.local_address)
-            if received is None:
-                await transaction.commit()
-                return EMPTY
-            pipeline.bind_log_context(received)
-            if isinstance(received, PoisonMessage):
-                await pipeline.move_poison_to_error_queue(connection, received)
-                await transaction.commit()
-                return Round(taken=1, failed=1)
-            decision = pipeline.pending_decision(received)
-            if decision is not None:
-                await pipeline.apply_decision(connection, received, decision)
-                await transaction.commit()
-                return Round(taken=1, failed=1)
-            message_id = received.message_id
-            business = await self._business_connection(connection)
-            operations = await self._run_handlers(received, business)
-            if operations is not None and self._dispatch_in_one_statement(operations):
-                await self._dispatch_fresh(connection, message_id, operations)
-            else:
-                await self._dispatch(connection, message_id)
-            await transaction.commit()
-            pipeline.failures.forget(received.native_id)
-            return Round(taken=1, handled=1)
-        except Exception as exc:
-            await _rollback_quietly(transaction)
-            if (received is None or isinstance(received, PoisonMessage)
-                    or isinstance(exc, RecoverabilityFailedError) or connection.is_closed()):
-                # A transport or recoverability failure (a lost connection is not the
-                # message's fault: it is not charged a retry), for the receive loop.
-                raise
-            pipeline.record_failure(received, exc)
-            return Round(taken=1, failed=1)
-        except BaseException:
-            await _rollback_quietly(transaction)
-            raise
+        return await receive_in_transaction(self._pipeline, connection, self._handle)
+
+    async def _handle(self, connection: asyncpg.Connection, message: TransportMessage) -> None:
+        """Business transaction (unless the id is recorded), then dispatch in the receive's."""
+        business = await self._business_connection(connection)
+        operations = await self._run_handlers(message, business)
+        if operations is not None and self._dispatch_in_one_statement(operations):
+            await self._dispatch_fresh(connection, message.message_id, operations)
+        else:
+            await self._dispatch(connection, message.message_id)
 
     async def _run_handlers(
         self, message: TransportMessage, business: asyncpg.Connection
