@@ -22,6 +22,7 @@ import ray
 import structlog
 
 from endpoint_runtime.circuit_breakers import CircuitBreaker
+from endpoint_runtime.delayed.store import CircuitBreakingStore
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import RecoverabilityFailedError
 from endpoint_runtime.logging import configure_logging
@@ -105,6 +106,15 @@ class Receiver:
         settings = self.config.settings
         endpoint = self._endpoint = load_endpoint(self.config.endpoint_path)
         self._pipeline = endpoint.create_pipeline(settings)
+        if self._pipeline.delayed_store is not None:
+            self._pipeline.delayed_store = CircuitBreakingStore(
+                self._pipeline.delayed_store,
+                CircuitBreaker(
+                    "delayed-store",
+                    time_to_trigger=settings.delayed_delivery.time_to_trigger_store_circuit_breaker,
+                    on_triggered=self._on_critical_error,
+                ),
+            )
         max_slots = settings.slots_per_receiver
         self._pool = await connect_pool(
             self.config.dsn, min_size=1, max_size=max_slots * 2 + 1

@@ -14,6 +14,8 @@ from typing import Protocol, runtime_checkable
 import asyncpg
 import msgspec
 
+from endpoint_runtime.circuit_breakers import CircuitBreaker
+
 
 class DelayedMessage(msgspec.Struct, kw_only=True):
     """A message waiting for its due time."""
@@ -57,3 +59,42 @@ class DelayedMessageStore(Protocol):
     @property
     def notify_channel(self) -> str | None:
         """LISTEN channel that signals a newly stored message, if the store has one."""
+
+
+class CircuitBreakingStore:
+    """A store whose ``store`` calls feed a circuit breaker (the store breaker of seed 004):
+    failures arm it, a success disarms it, and a long enough run of failures raises the
+    critical error. Everything else is passed through unchanged."""
+
+    def __init__(self, inner: DelayedMessageStore, breaker: CircuitBreaker) -> None:
+        self.inner = inner
+        self.breaker = breaker
+
+    @property
+    def notify_channel(self) -> str | None:
+        return self.inner.notify_channel
+
+    async def setup_infrastructure(self, connection: asyncpg.Connection) -> None:
+        await self.inner.setup_infrastructure(connection)
+
+    async def store(self, connection: asyncpg.Connection, message: DelayedMessage) -> None:
+        try:
+            await self.inner.store(connection, message)
+        except Exception as exc:
+            self.breaker.record_failure(exc)  # no wait here: the caller's attempt just fails
+            raise
+        self.breaker.success()
+
+    async def fetch_next_due(self, connection: asyncpg.Connection) -> DelayedMessage | None:
+        return await self.inner.fetch_next_due(connection)
+
+    async def remove(self, connection: asyncpg.Connection, message: DelayedMessage) -> bool:
+        return await self.inner.remove(connection, message)
+
+    async def increment_failure_count(
+        self, connection: asyncpg.Connection, message: DelayedMessage
+    ) -> bool:
+        return await self.inner.increment_failure_count(connection, message)
+
+    async def next_due_in(self, connection: asyncpg.Connection) -> float | None:
+        return await self.inner.next_due_in(connection)

@@ -1,0 +1,36 @@
+"""A recoverability step that itself fails: critical error text, and the message is retried."""
+
+from __future__ import annotations
+
+import pytest
+
+from endpoint_runtime.errors import RecoverabilityFailedError
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.transport import PostgresTransport
+from tests.support.failing_endpoints import Doomed, doomed
+
+
+async def test_error_queue_gone_raises_the_critical_error_and_keeps_the_message(
+    transport: PostgresTransport,
+) -> None:
+    await transport.create_queue("doomed")  # no error queue: moving there must fail
+    outgoing = create_outgoing(Doomed(1))
+    await transport.send("doomed", outgoing)
+    strategy = doomed.create_strategy(doomed.create_pipeline(), transport.pool, doomed.settings)
+
+    async with transport.pool.acquire() as connection:
+        first = await strategy.receive_round(connection)  # the handler fails, rolled back
+        assert (first.taken, first.failed) == (1, 1)
+        with pytest.raises(RecoverabilityFailedError) as info:
+            await strategy.receive_round(connection)  # the error-queue move fails
+
+    assert str(info.value) == ("Failed to execute recoverability policy for message with "
+                               f"native ID: `{outgoing.message_id}`")
+    assert await transport.depth("doomed") == 1  # rolled back: the message is retried
+
+    await transport.create_queue("error")  # the cause is fixed
+    async with transport.pool.acquire() as connection:
+        third = await strategy.receive_round(connection)
+    assert (third.taken, third.failed) == (1, 1)
+    assert await transport.depth("error") == 1
+    assert await transport.depth("doomed") == 0
