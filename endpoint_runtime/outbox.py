@@ -102,7 +102,7 @@ class OutboxStorage:
     def begin(self, message_id: str, *, pessimistic: bool, isolation: str) -> str:
         """BEGIN and the look-up (or the pessimistic claim) of ``message_id``, as one
         simple query; its command tag tells whether the message id is new."""
-        literal = f"convert_from(decode('{message_id.encode().hex()}', 'hex'), 'UTF8')"
+        literal = text_literal(message_id)
         if pessimistic:
             statement = self.sql["begin_and_claim"].format(
                 message_id=literal, version=f"'{PERSISTENCE_VERSION}'"
@@ -124,6 +124,15 @@ class OutboxStorage:
         """Advisory-lock key of this table's cleanup (one cleaner at a time)."""
         digest = hashlib.sha1(str(self.table).encode()).digest()
         return int.from_bytes(digest[:8], "big", signed=True)
+
+
+def text_literal(text: str) -> str:
+    """``text`` as an SQL string literal, safe whatever standard_conforming_strings says:
+    an escape string (E'...') in which backslashes and quotes are escaped. A constant (not an
+    expression), so the primary-key index serves the look-up."""
+    if "\x00" in text:
+        raise ValueError("PostgreSQL text cannot hold NUL characters")
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _index_name(table: QueueAddress, column: str) -> str:

@@ -18,8 +18,8 @@ CREATE INDEX IF NOT EXISTS {dispatched_idx} ON {table} (dispatched);
 
 -- begin_and_look_up --
 -- Sent as one simple query with BEGIN (saving a round trip): the command tag "SELECT 1" or
--- "SELECT 0" says whether a record exists. {{message_id}} is filled in later with
--- convert_from(decode('<hex>', 'hex'), 'UTF8'): hex digits only, so nothing can be injected.
+-- "SELECT 0" says whether a record exists. {{message_id}} is filled in later with an escape
+-- string literal (outbox.text_literal): a constant, so the primary key serves the look-up.
 SELECT 1 FROM {table} WHERE message_id = {{message_id}};
 
 -- begin_and_claim --
