@@ -96,7 +96,7 @@ class HandlerContext:
         endpoint: str,
         local_address: QueueAddress,
         dispatcher: OutgoingDispatcher,
-        connection: asyncpg.Connection | LazySavepointConnection | None,
+        connection: asyncpg.Connection | LazySavepointConnection | OpenTransactionConnection | None,
     ) -> None:
         self.transport_message = message
         self.message_id = message.message_id
@@ -215,13 +215,13 @@ class HandlerContext:
         key = (outgoing.message_id, address)
         if key in self._sent:
             return outgoing.message_id  # the same message to the same queue goes once
-        self._sent.add(key)
         await self._dispatcher.dispatch(address, outgoing, immediate=immediate, due=due)
+        self._sent.add(key)  # only once written (or buffered): a failed send may be repeated
         return outgoing.message_id
 
 
 _QUERY_METHODS = frozenset({
-    "execute", "executemany", "fetch", "fetchrow", "fetchval", "prepare",
+    "execute", "executemany", "fetch", "fetchrow", "fetchval", "fetchmany", "prepare",
     "copy_from_query", "copy_from_table", "copy_records_to_table", "copy_to_table",
 })
 
@@ -268,3 +268,36 @@ class _SavepointFirst:
 
     async def __aexit__(self, *exc_info: Any) -> Any:
         return await self._inner.__aexit__(*exc_info)
+
+
+class OpenTransactionConnection:
+    """A connection whose transaction was opened with a plain ``BEGIN`` (the outbox sends
+    BEGIN together with its look-up). asyncpg does not know of such a transaction, so
+    ``transaction()`` is served here as a SAVEPOINT, as it would be in any other mode."""
+
+    def __init__(self, connection: asyncpg.Connection) -> None:
+        self._connection = connection
+        self._savepoints = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+    def transaction(self, **options: Any) -> Any:
+        self._savepoints += 1
+        return _ExplicitSavepoint(self._connection, f"endpoint_runtime_{self._savepoints}")
+
+
+class _ExplicitSavepoint:
+    def __init__(self, connection: asyncpg.Connection, name: str) -> None:
+        self._connection = connection
+        self._name = name
+
+    async def __aenter__(self) -> _ExplicitSavepoint:
+        await self._connection.execute(f"SAVEPOINT {self._name}")
+        return self
+
+    async def __aexit__(self, exc_type: object, *exc_info: object) -> None:
+        if exc_type is None:
+            await self._connection.execute(f"RELEASE SAVEPOINT {self._name}")
+        else:
+            await self._connection.execute(f"ROLLBACK TO SAVEPOINT {self._name}")

@@ -149,12 +149,12 @@ class Peeker:
         peek_delay = self.settings.transport.peek_delay
         while not self._stopping:
             started = time.monotonic()
+            self._wake.clear()  # before the cycle: a NOTIFY during it wakes the next one
             try:
                 async with self._lock:
                     await self._reconcile()
             except Exception as exc:
                 log.warning("peek_cycle_failed", error=f"{type(exc).__name__}: {exc}")
-            self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=peek_delay)
             elapsed = time.monotonic() - started

@@ -97,6 +97,8 @@ class DelayedMessageMover:
         await self._listen()
         backoff = self.settings.initial_backoff
         while not self._stopping:
+            # Cleared before the round, so a NOTIFY that arrives during it is not lost.
+            self._wake.clear()
             try:
                 moved, next_due = await self.move_due()
                 self.fetch_breaker.success()
@@ -113,7 +115,6 @@ class DelayedMessageMover:
                 backoff = self.settings.initial_backoff
                 wait = min(max(next_due, 0.0), self.settings.max_backoff)
             if wait > 0:
-                self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
 

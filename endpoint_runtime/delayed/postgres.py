@@ -40,6 +40,7 @@ class PostgresDelayedMessageStore:
             "due_idx": quote_identifier(self.table.derived_name("_due_idx")),
             "notify": quote_identifier(self.table.derived_name("_notify")),
             "channel": statements.quote_literal(self.table.notify_channel),
+            "table_literal": statements.quote_literal(self.table.qualified),
         }
         return {name: text.format(**names) for name, text in sql.load("delayed.sql").items()}
 
@@ -52,6 +53,7 @@ class PostgresDelayedMessageStore:
             await connection.execute(statements.for_queue(self.table)["create_schema"])
             await connection.execute(statements.for_queue(self.table)["create_notify_function"])
             await connection.execute(self._sql["create_table"])
+            await connection.execute(self._sql["migrate_key"])
             await connection.execute(self._sql["create_due_index"])
             await connection.execute(self._sql["create_notify_trigger"])
 
@@ -71,13 +73,17 @@ class PostgresDelayedMessageStore:
         )
 
     async def remove(self, connection: asyncpg.Connection, message: DelayedMessage) -> bool:
-        status: str = await connection.execute(self._sql["remove"], message.id)
+        status: str = await connection.execute(
+            self._sql["remove"], message.id, message.destination
+        )
         return status.endswith(" 1")
 
     async def increment_failure_count(
         self, connection: asyncpg.Connection, message: DelayedMessage
     ) -> bool:
-        status: str = await connection.execute(self._sql["increment_failure_count"], message.id)
+        status: str = await connection.execute(
+            self._sql["increment_failure_count"], message.id, message.destination
+        )
         return status.endswith(" 1")
 
     async def next_due_in(self, connection: asyncpg.Connection) -> float | None:

@@ -12,6 +12,7 @@ import asyncpg
 from endpoint_runtime.context import HandlerContext
 from endpoint_runtime.messages import PoisonMessage
 from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.recoverability import Action, Decision
 from endpoint_runtime.transactions.base import EMPTY, ImmediateDispatcher, Round
 from endpoint_runtime.transport import receiving
 
@@ -29,12 +30,14 @@ class NoTransactionStrategy:
         pipeline = self._pipeline
         async with connection.transaction():
             received = await receiving.receive(connection, pipeline.local_address)
+            if isinstance(received, PoisonMessage):
+                # Moved in the receive transaction: if the move fails the row stays.
+                pipeline.bind_log_context(received)
+                await pipeline.move_poison_to_error_queue(connection, received)
+                return Round(taken=1, failed=1)
         if received is None:
             return EMPTY
         pipeline.bind_log_context(received)
-        if isinstance(received, PoisonMessage):
-            await pipeline.move_poison_to_error_queue(connection, received)
-            return Round(taken=1, failed=1)
         context = HandlerContext(
             message=received, endpoint=pipeline.endpoint,
             local_address=pipeline.local_address, dispatcher=self._dispatcher,
@@ -44,8 +47,11 @@ class NoTransactionStrategy:
             await pipeline.handle(received, context)
         except Exception as exc:
             pipeline.record_failure(received, exc)
+            # The message is gone from the queue: nothing can retry it. Unless the handler
+            # discarded it, a copy goes to the error queue (whatever limits say otherwise).
             decision = pipeline.pending_decision(received)
-            if decision is not None:  # always, as NONE allows no immediate retry
-                await pipeline.apply_decision(connection, received, decision)
+            if decision is None or decision.action is not Action.DISCARD:
+                decision = Decision(Action.ERROR_QUEUE)
+            await pipeline.apply_decision(connection, received, decision)
             return Round(taken=1, failed=1)
         return Round(taken=1, handled=1)

@@ -23,7 +23,7 @@ from collections import defaultdict
 import asyncpg
 import structlog
 
-from endpoint_runtime.context import HandlerContext, parse_address
+from endpoint_runtime.context import HandlerContext, OpenTransactionConnection, parse_address
 from endpoint_runtime.messages import (
     OutgoingMessage,
     TransportMessage,
@@ -101,10 +101,10 @@ class OutboxStrategy:
         sql = self._storage.sql
         message_id = message.message_id
         pessimistic = self._settings.pessimistic
-        status = await business.execute(self._storage.begin(
-            message_id, pessimistic=pessimistic, isolation=self._settings.isolation
-        ))
         try:
+            status = await business.execute(self._storage.begin(
+                message_id, pessimistic=pessimistic, isolation=self._settings.isolation
+            ))
             if status in ("SELECT 1", "INSERT 0 0"):  # recorded by an earlier delivery
                 await business.execute("ROLLBACK")
                 self.duplicates += 1
@@ -115,7 +115,7 @@ class OutboxStrategy:
             context = HandlerContext(
                 message=message, endpoint=self._pipeline.endpoint,
                 local_address=self._pipeline.local_address, dispatcher=collected,
-                connection=business,
+                connection=OpenTransactionConnection(business),
             )
             self.handler_runs += 1
             await self._pipeline.handle(message, context)

@@ -265,3 +265,18 @@ def test_deferral_rules_fail_clearly() -> None:
                                 deliver_at=datetime.now(UTC))
 
     asyncio.run(attempts())
+
+
+async def test_one_message_deferred_to_two_queues_reaches_both(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore
+) -> None:
+    await transport.create_queue("second_target")
+    shared_id = uuid.uuid4()
+    now = datetime.now(UTC)
+    async with transport.pool.acquire() as connection:
+        for destination in ("target", "second_target"):
+            await store.store(connection, DelayedMessage(
+                id=shared_id, destination=destination, due=now, headers="{}", body=b"{}"))
+    async with running_mover(transport, store):
+        await wait_for_depth(transport, "target", 1)
+        await wait_for_depth(transport, "second_target", 1)

@@ -34,3 +34,43 @@ async def test_error_queue_gone_raises_the_critical_error_and_keeps_the_message(
     assert (third.taken, third.failed) == (1, 1)
     assert await transport.depth("error") == 1
     assert await transport.depth("doomed") == 0
+
+
+async def test_none_mode_sends_failures_to_the_error_queue_even_when_asked_to_retry(
+    transport: PostgresTransport,
+) -> None:
+    from tests.support.failing_endpoints import none_mode
+
+    for queue in ("fire_and_forget", "error"):
+        await transport.create_queue(queue)
+    await transport.send("fire_and_forget", create_outgoing(Doomed(2)))
+    strategy = none_mode.create_strategy(none_mode.create_pipeline(), transport.pool,
+                                         none_mode.settings)
+
+    async with transport.pool.acquire() as connection:
+        result = await strategy.receive_round(connection)
+
+    assert (result.taken, result.failed) == (1, 1)
+    assert await transport.depth("error") == 1  # not a delayed retry: NONE never retries
+    assert await transport.depth("fire_and_forget") == 0
+
+
+async def test_none_mode_keeps_a_poison_row_when_it_cannot_be_moved(
+    transport: PostgresTransport,
+) -> None:
+    import uuid
+
+    from tests.support.failing_endpoints import none_mode
+
+    address = await transport.create_queue("fire_and_forget")  # no error queue
+    await transport.pool.execute(
+        f"INSERT INTO {address.qualified} (id, headers, body) VALUES ($1, '{{bad', 'x')",
+        uuid.uuid4())
+    strategy = none_mode.create_strategy(none_mode.create_pipeline(), transport.pool,
+                                         none_mode.settings)
+
+    async with transport.pool.acquire() as connection:
+        with pytest.raises(RecoverabilityFailedError):
+            await strategy.receive_round(connection)
+
+    assert await transport.depth("fire_and_forget") == 1  # the receive rolled back with it

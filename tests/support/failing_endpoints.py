@@ -17,3 +17,15 @@ doomed = Endpoint("doomed", immediate_retries=0, delayed_retries=0)
 @doomed.handler
 async def fail(message: Doomed, context: HandlerContext) -> None:
     raise RuntimeError(f"doomed {message.n}")
+
+
+none_mode = Endpoint("fire_and_forget", transaction_mode="none")
+
+
+@none_mode.handler
+async def ask_for_retry(message: Doomed, context: HandlerContext) -> None:
+    from datetime import timedelta
+
+    from endpoint_runtime.recoverability import RetryLater
+
+    raise RetryLater(timedelta(seconds=1))

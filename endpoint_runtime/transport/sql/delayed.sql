@@ -1,16 +1,33 @@
 -- The built-in delayed-message store: one table per endpoint, "<endpoint>.delayed".
 -- Placeholders as in queue.sql: {table} quoted "schema"."table", {schema}, {due_idx}, {notify},
--- {channel} (a quoted literal).
+-- {channel} and {table_literal} (quoted literals).
 
 -- create_table --
+-- The key is (id, destination): one message may be deferred to several queues.
 CREATE TABLE IF NOT EXISTS {table} (
-    id uuid NOT NULL PRIMARY KEY,
+    id uuid NOT NULL,
     destination text NOT NULL,
     due timestamptz NOT NULL,
     headers text NOT NULL,
     body bytea,
-    failures integer NOT NULL DEFAULT 0
+    failures integer NOT NULL DEFAULT 0,
+    PRIMARY KEY (id, destination)
 );
+
+-- migrate_key --
+-- Tables made before the key became (id, destination) had the key (id): widen it once.
+DO $migrate$
+DECLARE
+    key_name name;
+BEGIN
+    SELECT conname INTO key_name FROM pg_constraint
+    WHERE conrelid = {table_literal}::regclass AND contype = 'p' AND cardinality(conkey) = 1;
+    IF key_name IS NOT NULL THEN
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I, ADD PRIMARY KEY (id, destination)',
+                       {table_literal}, key_name);
+    END IF;
+END
+$migrate$;
 
 -- create_due_index --
 CREATE INDEX IF NOT EXISTS {due_idx} ON {table} (due);
@@ -21,7 +38,7 @@ CREATE OR REPLACE TRIGGER {notify} AFTER INSERT ON {table}
 
 -- store --
 INSERT INTO {table} (id, destination, due, headers, body) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (id) DO NOTHING;
+ON CONFLICT (id, destination) DO NOTHING;
 
 -- fetch_next_due --
 -- Locks the row: a competing mover skips it, so one instance dispatches it.
@@ -32,10 +49,10 @@ LIMIT 1
 FOR UPDATE SKIP LOCKED;
 
 -- remove --
-DELETE FROM {table} WHERE id = $1;
+DELETE FROM {table} WHERE id = $1 AND destination = $2;
 
 -- increment_failure_count --
-UPDATE {table} SET failures = failures + 1 WHERE id = $1;
+UPDATE {table} SET failures = failures + 1 WHERE id = $1 AND destination = $2;
 
 -- next_due --
 -- Seconds from the database's own now() to the earliest due time (negative: overdue).
