@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 from collections.abc import Callable
 from typing import Any
@@ -123,6 +124,10 @@ class Receiver:
         if settings.transport.notify_on_send:
             await self._listen()
         structlog.contextvars.bind_contextvars(endpoint=endpoint.name)
+        # Everything allocated so far (Ray, asyncpg, the handler modules) lives as long as the
+        # process: keep it out of the cyclic GC's full collections, which would otherwise walk
+        # it again and again while messages flow.
+        gc.freeze()
         log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid())
         return {"pid": os.getpid(), "node_id": _node_id()}
 
