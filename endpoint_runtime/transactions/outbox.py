@@ -76,6 +76,11 @@ class OutboxStrategy:
             business = None
         if business is None:
             business = self._business[id(connection)] = await self._pool.acquire()
+            # The receive transaction (dispatch + mark) may commit without waiting for its WAL
+            # flush: if a crash loses it, it is lost whole, the message comes back, finds its
+            # record undispatched and is dispatched then. The business transaction, on the
+            # other connection, stays synchronous. Reset when the slot returns the connection.
+            await connection.execute("SET synchronous_commit = off")
         return business
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
