@@ -111,6 +111,17 @@ class OutboxStorage:
             statement = self.sql["begin_and_look_up"].format(message_id=literal)
         return f"BEGIN ISOLATION LEVEL {isolation.replace('_', ' ').upper()}; {statement}"
 
+    def record_and_commit(self, message_id: str, operations: str, *, pessimistic: bool) -> str:
+        """Store (optimistic) or complete (pessimistic) the record, and COMMIT, as one
+        simple query: one round trip instead of two."""
+        values = {
+            "message_id": text_literal(message_id),
+            "version": text_literal(PERSISTENCE_VERSION),
+            "operations": text_literal(operations),
+        }
+        block = "complete_and_commit" if pessimistic else "store_and_commit"
+        return self.sql[block].format(**values)
+
     def dispatch_and_mark(self, destination: QueueAddress) -> str:
         """The one-round-trip dispatch into ``destination`` (statement cached per queue)."""
         statement = self._dispatch_statements.get(destination)

@@ -30,7 +30,6 @@ from endpoint_runtime.messages import (
     encode_headers,
 )
 from endpoint_runtime.outbox import (
-    PERSISTENCE_VERSION,
     OutboxStorage,
     TransportOperation,
     decode_operations,
@@ -103,7 +102,6 @@ class OutboxStrategy:
         Returns the operations the handlers produced, or ``None`` when the message id was
         already recorded (a duplicate: the handlers did not run, or their work rolled back).
         """
-        sql = self._storage.sql
         message_id = message.message_id
         pessimistic = self._settings.pessimistic
         try:
@@ -126,20 +124,17 @@ class OutboxStrategy:
             await self._pipeline.handle(message, context)
             operations = [operation_of(a, m) for a, m in collected.pending]
             operations += [delayed_operation_of(d) for d in collected.pending_delayed]
-            if pessimistic:
-                await business.execute(sql["complete_pessimistic"], message_id,
-                                       encode_operations(operations))
-            else:
-                try:
-                    await business.execute(sql["store"], message_id, PERSISTENCE_VERSION,
-                                           encode_operations(operations))
-                except asyncpg.UniqueViolationError:
-                    # An optimistic duplicate lost the race: its business work rolls back.
-                    await business.execute("ROLLBACK")
-                    self.duplicates += 1
-                    log.info("outbox_duplicate", concurrency="optimistic")
-                    return None
-            await business.execute("COMMIT")
+            record = self._storage.record_and_commit(
+                message_id, encode_operations(operations), pessimistic=pessimistic
+            )
+            try:
+                await business.execute(record)
+            except asyncpg.UniqueViolationError:
+                # An optimistic duplicate lost the race: its business work rolls back.
+                await business.execute("ROLLBACK")
+                self.duplicates += 1
+                log.info("outbox_duplicate", concurrency="optimistic")
+                return None
             return operations
         except BaseException:
             if not business.is_closed() and business.is_in_transaction():

@@ -29,13 +29,17 @@ INSERT INTO {table} (message_id, dispatched, persistence_version, operations)
 VALUES ({{message_id}}, false, {{version}}, NULL)
 ON CONFLICT (message_id) DO NOTHING;
 
--- store --
--- Optimistic: a concurrent duplicate fails here on the primary key.
+-- store_and_commit --
+-- Optimistic: the record and COMMIT as one simple query (literals as in begin_and_look_up).
+-- A concurrent duplicate fails on the primary key; the COMMIT after it is then not run.
 INSERT INTO {table} (message_id, dispatched, persistence_version, operations)
-VALUES ($1, false, $2, $3::jsonb);
+VALUES ({{message_id}}, false, {{version}}, {{operations}}::jsonb);
+COMMIT;
 
--- complete_pessimistic --
-UPDATE {table} SET operations = $2::jsonb WHERE message_id = $1;
+-- complete_and_commit --
+-- Pessimistic: fill in the placeholder record, and COMMIT, as one simple query.
+UPDATE {table} SET operations = {{operations}}::jsonb WHERE message_id = {{message_id}};
+COMMIT;
 
 -- take_for_dispatch --
 -- Marks the record dispatched and returns the operations it held, in one round trip. The row
