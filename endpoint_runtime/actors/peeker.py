@@ -28,6 +28,7 @@ from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.outbox import OutboxCleaner
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transport import QueueAddress, connect_pool, receiving
+from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.peeker")
 
@@ -100,7 +101,7 @@ class Peeker:
         self._lock = asyncio.Lock()
         self._loop_task: asyncio.Task[None] | None = None
         self._pool: asyncpg.Pool | None = None
-        self._listener: asyncpg.Connection | None = None
+        self._listener: Listener | None = None
         self._mover: DelayedMessageMover | None = None
         self._mover_task: asyncio.Task[None] | None = None
         self._cleaner: OutboxCleaner | None = None
@@ -134,11 +135,10 @@ class Peeker:
         self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=4)
         # One LISTEN connection for the peeker and the mover: PostgreSQL signals every
         # listening backend on each NOTIFY in the database, so fewer listeners cost less.
-        self._listener = await asyncpg.connect(self.config.dsn or None)
+        self._listener = Listener(self.config.dsn)
+        await self._listener.start()
         if self.settings.transport.notify_on_send:
-            await self._listener.add_listener(
-                self.config.address.notify_channel, lambda *_: self._wake.set()
-            )
+            await self._listener.listen(self.config.address.notify_channel, self._wake.set)
         await self._start_mover()
         async with self._lock:
             await self._reconcile()

@@ -30,6 +30,7 @@ from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transport import connect_pool
+from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.receiver")
 
@@ -79,7 +80,7 @@ class Receiver:
         self._draining = False
         self._shrunk = asyncio.Event()
         self._pool: asyncpg.Pool | None = None
-        self._listener: asyncpg.Connection | None = None
+        self._listener: Listener | None = None
         self._throttled = False
         self._critical_error: str | None = None
         self._endpoint: Endpoint | None = None
@@ -132,9 +133,10 @@ class Receiver:
         return {"pid": os.getpid(), "node_id": _node_id()}
 
     async def _listen(self) -> None:
-        self._listener = await asyncpg.connect(self.config.dsn or None)
-        channel = self._pipeline.local_address.notify_channel
-        await self._listener.add_listener(channel, lambda *_: self.wake(1))
+        self._listener = Listener(self.config.dsn)
+        await self._listener.start()
+        await self._listener.listen(self._pipeline.local_address.notify_channel,
+                                    lambda: self.wake(1))
 
     # -- control (Ray calls) ----------------------------------------------------------------
 

@@ -27,6 +27,7 @@ from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.settings import DelayedDeliverySettings
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.delayed")
 
@@ -61,7 +62,7 @@ class DelayedMessageMover:
         error_address: QueueAddress,
         settings: DelayedDeliverySettings,
         on_critical_error: CriticalErrorHandler,
-        listener: asyncpg.Connection | None = None,
+        listener: Listener | None = None,
     ) -> None:
         """``listener``: a LISTEN connection to share (each listening backend is signalled on
         every NOTIFY in the database, so one per deployment is cheaper than one per task);
@@ -76,7 +77,7 @@ class DelayedMessageMover:
         self.settings = settings
         self._wake = asyncio.Event()
         self._stopping = False
-        self._listener: asyncpg.Connection | None = None
+        self._listener: Listener | None = None
         self._recovery = RateLimiter(settings.maximum_recovery_failures_per_second)
         self.fetch_breaker = CircuitBreaker(
             "delayed-fetch", time_to_trigger=settings.time_to_trigger_fetch_circuit_breaker,
@@ -118,7 +119,7 @@ class DelayedMessageMover:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout=wait)
 
-    def _on_notify(self, *_: object) -> None:
+    def _on_notify(self) -> None:
         self._wake.set()
 
     async def stop(self) -> None:
@@ -126,11 +127,9 @@ class DelayedMessageMover:
         self._wake.set()
         channel = self.store.notify_channel
         if self._shared_listener is not None and channel is not None:
-            with contextlib.suppress(Exception):
-                await self._shared_listener.remove_listener(channel, self._on_notify)
+            await self._shared_listener.unlisten(channel, self._on_notify)
         if self._listener is not None:
-            with contextlib.suppress(Exception):
-                await self._listener.close()
+            await self._listener.close()
 
     async def _listen(self) -> None:
         channel = self.store.notify_channel
@@ -138,10 +137,11 @@ class DelayedMessageMover:
             return
         try:
             if self._shared_listener is not None:
-                await self._shared_listener.add_listener(channel, self._on_notify)
+                await self._shared_listener.listen(channel, self._on_notify)
                 return
-            self._listener = await asyncpg.connect(self._dsn or None)
-            await self._listener.add_listener(channel, self._on_notify)
+            self._listener = Listener(self._dsn)
+            await self._listener.start()
+            await self._listener.listen(channel, self._on_notify)
         except (OSError, asyncpg.PostgresError) as exc:
             log.warning("delayed_listen_failed", error=str(exc))  # polling still works
 
