@@ -23,6 +23,7 @@ from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.peeker import DeploymentConfig, DeploymentStatus, PeekerActor
 from endpoint_runtime.embedded import resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint, outbox_storage
+from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transport import PostgresTransport, QueueAddress
 
@@ -59,6 +60,14 @@ class EndpointDeployment:
             settings = msgspec.structs.replace(settings, **overrides)
             settings.__post_init__()
         transport_settings = settings.transport
+        if transport_settings.schema != endpoint.address.schema:
+            # The queue, the delayed-message store and the outbox of an endpoint are placed
+            # when it is created; moving only some of them would split the endpoint.
+            raise ConfigurationError(
+                f"endpoint {endpoint.name!r} lives in schema {endpoint.address.schema!r}; "
+                f"a deployment cannot move it to {transport_settings.schema!r} (set the "
+                "schema in the Endpoint's own settings instead)"
+            )
         dsn = await asyncio.to_thread(resolve_dsn, transport_settings.dsn)
         transport_settings = msgspec.structs.replace(transport_settings, dsn=dsn)
         settings = msgspec.structs.replace(settings, transport=transport_settings)

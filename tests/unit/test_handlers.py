@@ -97,3 +97,14 @@ def test_import_path_is_found_for_module_level_endpoints() -> None:
     local = Endpoint("nowhere")
     with pytest.raises(ConfigurationError, match="module-level"):
         _ = local.import_path
+
+
+def test_a_deployment_cannot_move_an_endpoint_to_another_schema() -> None:
+    import asyncio
+
+    from endpoint_runtime import EndpointDeployment, TransportSettings
+    from tests.unit import module_endpoint
+
+    with pytest.raises(ConfigurationError, match="schema"):
+        asyncio.run(EndpointDeployment.start(
+            module_endpoint.endpoint, transport=TransportSettings(schema="elsewhere")))
