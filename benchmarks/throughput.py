@@ -64,13 +64,30 @@ async def load_backlog(
     return time.perf_counter()
 
 
-async def wait_for_sink(pool: asyncpg.Pool, expected: int, limit_s: float = 600.0) -> float:
+async def sink_baseline(pool: asyncpg.Pool) -> int:
+    """The sink's last seq before a side starts: rows it then receives have higher ones."""
+    last: int | None = await pool.fetchval(
+        "SELECT pg_sequence_last_value(pg_get_serial_sequence($1, 'seq'))", SINK_ADDRESS.qualified
+    )
+    return last or 0
+
+
+async def wait_for_sink(
+    pool: asyncpg.Pool, baseline: int, expected: int, limit_s: float = 600.0
+) -> float:
+    """Wait until the sink holds ``expected`` rows. The poll reads the highest seq through its
+    index (it costs the same at any depth, so the side being measured is not slowed down by a
+    growing count); only when enough rows could be there does an exact count confirm it."""
     deadline = time.perf_counter() + limit_s
-    while (count := await queues.depth(pool, SINK_ADDRESS)) < expected:
+    highest = f"SELECT coalesce(max(seq), 0) FROM {SINK_ADDRESS.qualified}"
+    while True:
+        if (await pool.fetchval(highest) - baseline >= expected
+                and await queues.depth(pool, SINK_ADDRESS) >= expected):
+            return time.perf_counter()
         if time.perf_counter() > deadline:
+            count = await queues.depth(pool, SINK_ADDRESS)
             raise TimeoutError(f"sink holds {count} of {expected} messages after {limit_s} s")
         await asyncio.sleep(POLL_SECONDS)
-    return time.perf_counter()
 
 
 async def run_raw(pool: asyncpg.Pool, dsn: str, count: int, concurrency: int) -> float:
@@ -90,10 +107,15 @@ async def run_raw(pool: asyncpg.Pool, dsn: str, count: int, concurrency: int) ->
                 await connection.execute(send_sql, row["id"], None, echo_headers, row["body"])
 
     try:
+        baseline = await sink_baseline(pool)
         visible = await load_backlog(pool, INPUT, work_messages(count))
+        # Polled while the loops run, exactly as for the deployments.
+        sink_filled = asyncio.create_task(wait_for_sink(pool, baseline, count))
         await asyncio.gather(*(loop(c) for c in connections))
-        done = await wait_for_sink(pool, count)
+        done = await sink_filled
     finally:
+        if "sink_filled" in locals() and not sink_filled.done():
+            sink_filled.cancel()
         await asyncio.gather(*(c.close() for c in connections))
     return count / (done - visible)
 
@@ -102,8 +124,9 @@ async def run_deployed(
     pool: asyncpg.Pool, deployment: EndpointDeployment, queue: QueueAddress, count: int
 ) -> float:
     await queues.purge(pool, SINK_ADDRESS)
+    baseline = await sink_baseline(pool)
     visible = await load_backlog(pool, queue, work_messages(count))
-    done = await wait_for_sink(pool, count)
+    done = await wait_for_sink(pool, baseline, count)
     return count / (done - visible)
 
 
@@ -115,7 +138,7 @@ async def measure_latency(
     for i in range(samples):
         await sending.send(pool, queue, create_outgoing(Work(i, time.time())))
         await asyncio.sleep(gap_s)
-    await wait_for_sink(pool, samples)
+    await wait_for_sink(pool, 0, samples)
     rows = await pool.fetch(f"SELECT body FROM {SINK_ADDRESS.qualified}")
     decoder = msgspec.json.Decoder(Echo)
     return [(e.started_at - e.sent_at) * 1000 for e in (decoder.decode(r["body"]) for r in rows)]

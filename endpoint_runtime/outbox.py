@@ -23,6 +23,7 @@ from endpoint_runtime.messages import OutgoingMessage
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+from endpoint_runtime.transport.literals import text_literal
 from endpoint_runtime.transport.queues import ddl_lock
 
 log = structlog.get_logger("endpoint_runtime.outbox")
@@ -136,14 +137,6 @@ class OutboxStorage:
         digest = hashlib.sha1(str(self.table).encode()).digest()
         return int.from_bytes(digest[:8], "big", signed=True)
 
-
-def text_literal(text: str) -> str:
-    """``text`` as an SQL string literal, safe whatever standard_conforming_strings says:
-    an escape string (E'...') in which backslashes and quotes are escaped. A constant (not an
-    expression), so the primary-key index serves the look-up."""
-    if "\x00" in text:
-        raise ValueError("PostgreSQL text cannot hold NUL characters")
-    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _index_name(table: QueueAddress, column: str) -> str:

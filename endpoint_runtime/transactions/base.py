@@ -97,6 +97,23 @@ class BufferedDispatcher:
         self.pending.extend(other.pending)
         self.pending_delayed.extend(other.pending_delayed)
 
+    async def flush_before_commit(self, connection: asyncpg.Connection) -> str:
+        """Like :meth:`flush`, but the messages are not written now: they come back as
+        statements to send with the COMMIT, in one simple query (a round trip saved). If any
+        message cannot go that way, all are written now, so that the messages to one queue
+        keep their order; the result is then empty."""
+        sends = []
+        for address, message in self.pending:
+            statement = await sending.send_statement(connection, address, message)
+            if statement is None:
+                await self.flush(connection)
+                return ""
+            sends.append(statement)
+        self.pending.clear()
+        if self.pending_delayed:
+            await self.flush(connection)
+        return "; ".join(sends)
+
     async def flush(self, connection: asyncpg.Connection) -> None:
         if len(self.pending) == 1 and not self.pending_delayed:  # the common case
             address, message = self.pending[0]

@@ -40,7 +40,7 @@ from endpoint_runtime.outbox import (
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.base import BufferedDispatcher, Round, as_delayed
-from endpoint_runtime.transactions.single import receive_in_transaction
+from endpoint_runtime.transactions.single import end_carried_transaction, receive_in_transaction
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.sending import row_id
@@ -64,6 +64,7 @@ class OutboxStrategy:
         self._business: dict[int, asyncpg.Connection] = {}
 
     async def slot_ended(self, connection: asyncpg.Connection) -> None:
+        await end_carried_transaction(connection)
         business = self._business.pop(id(connection), None)
         if business is not None:
             await self._pool.release(business)
@@ -85,7 +86,7 @@ class OutboxStrategy:
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         return await receive_in_transaction(self._pipeline, connection, self._handle)
 
-    async def _handle(self, connection: asyncpg.Connection, message: TransportMessage) -> None:
+    async def _handle(self, connection: asyncpg.Connection, message: TransportMessage) -> str:
         """Business transaction (unless the id is recorded), then dispatch in the receive's."""
         business = await self._business_connection(connection)
         operations = await self._run_handlers(message, business)
@@ -93,6 +94,7 @@ class OutboxStrategy:
             await self._dispatch_fresh(connection, message.message_id, operations)
         else:
             await self._dispatch(connection, message.message_id)
+        return ""
 
     async def _run_handlers(
         self, message: TransportMessage, business: asyncpg.Connection

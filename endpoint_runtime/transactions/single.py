@@ -3,21 +3,35 @@
 BEGIN; DELETE the lowest unlocked seq; consult the failure count (error queue when used up);
 run the handlers on the receive connection; write outgoing messages (atomic mode); COMMIT.
 Any failure rolls everything back, so the row is visible again for the next attempt.
+
+Round trips are what a receive costs, so they are saved where the guarantees allow:
+
+- **Chained transactions.** After a message, ``COMMIT; BEGIN`` goes as one simple query, so
+  the next receive already runs in a transaction. A bare BEGIN holds no snapshot and no locks.
+  A receive that finds nothing commits and leaves no transaction open; a slot that ends rolls
+  back what it carried (:func:`end_carried_transaction`).
+- **Sends with the COMMIT.** In atomic mode, small outgoing messages are INSERTs with literal
+  values sent in that same simple query; the statements run in order and the first failure
+  aborts the rest, so the sends commit exactly when the receive does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from endpoint_runtime.context import HandlerContext
-from endpoint_runtime.errors import RecoverabilityFailedError
+from endpoint_runtime.context import HandlerContext, OpenTransactionConnection
+from endpoint_runtime.errors import QueueNotFoundError, RecoverabilityFailedError
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ImmediateDispatcher, Round
 from endpoint_runtime.transport import receiving
+
+COMMIT_AND_BEGIN = "COMMIT; BEGIN"
+_MISSING_RELATION = re.compile(r'relation "(.+)" does not exist')
 
 
 class SingleMessageStrategy:
@@ -31,12 +45,12 @@ class SingleMessageStrategy:
         self._immediate = ImmediateDispatcher(pool, pipeline.delayed_store)
 
     async def slot_ended(self, connection: asyncpg.Connection) -> None:
-        return None
+        await end_carried_transaction(connection)
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         return await receive_in_transaction(self._pipeline, connection, self._handle)
 
-    async def _handle(self, connection: asyncpg.Connection, message: TransportMessage) -> None:
+    async def _handle(self, connection: asyncpg.Connection, message: TransportMessage) -> str:
         pipeline = self._pipeline
         dispatcher = (
             BufferedDispatcher(self._pool, pipeline.delayed_store)
@@ -45,58 +59,81 @@ class SingleMessageStrategy:
         )
         context = HandlerContext(
             message=message, endpoint=pipeline.endpoint, local_address=pipeline.local_address,
-            dispatcher=dispatcher, connection=connection,
+            dispatcher=dispatcher, connection=OpenTransactionConnection(connection),
         )
         await pipeline.handle(message, context)
         if isinstance(dispatcher, BufferedDispatcher):
-            await dispatcher.flush(connection)
+            return await dispatcher.flush_before_commit(connection)
+        return ""
 
 
-Handle = Callable[[asyncpg.Connection, TransportMessage], Awaitable[None]]
+Handle = Callable[[asyncpg.Connection, TransportMessage], Awaitable[str]]
+"""Processes a received message in the open transaction; returns statements (literal SQL,
+possibly empty) to run just before its COMMIT, in the same simple query."""
 
 
 async def receive_in_transaction(
     pipeline: Pipeline, connection: asyncpg.Connection, handle: Handle
 ) -> Round:
-    """BEGIN; receive one message; move it on if recoverability says so (poison, retries
-    used up), else ``handle`` it; COMMIT. A failure rolls everything back and is charged to
-    the message, unless the connection was lost or recoverability itself failed: those are
-    raised to the receive loop (transport failures, for the circuit breakers)."""
-    transaction = connection.transaction()
-    await transaction.start()
+    """(BEGIN unless carried over;) receive one message; move it on if recoverability says
+    so (poison, retries used up), else ``handle`` it; COMMIT and BEGIN the next. A failure
+    rolls everything back and is charged to the message, unless the connection was lost or
+    recoverability itself failed: those are raised to the receive loop (transport failures,
+    for the circuit breakers)."""
+    if not connection.is_in_transaction():
+        await connection.execute("BEGIN")
     received = None
     try:
         received = await receiving.receive(connection, pipeline.local_address)
         if received is None:
-            await transaction.commit()  # expired rows deleted on the way
+            await connection.execute("COMMIT")  # expired rows deleted on the way
             return EMPTY
         pipeline.bind_log_context(received)
         if isinstance(received, PoisonMessage):
             await pipeline.move_poison_to_error_queue(connection, received)
-            await transaction.commit()
+            await connection.execute(COMMIT_AND_BEGIN)
             return Round(taken=1, failed=1)
         decision = pipeline.pending_decision(received)
         if decision is not None:
             await pipeline.apply_decision(connection, received, decision)
-            await transaction.commit()
+            await connection.execute(COMMIT_AND_BEGIN)
             return Round(taken=1, failed=1)
-        await handle(connection, received)
-        await transaction.commit()
+        before_commit = await handle(connection, received)
+        await _commit_and_begin(connection, before_commit)
         pipeline.failures.forget(received.native_id)
         return Round(taken=1, handled=1)
     except Exception as exc:
-        await _rollback_quietly(transaction)
+        await _rollback_quietly(connection)
         if (received is None or isinstance(received, PoisonMessage)
                 or isinstance(exc, RecoverabilityFailedError) or connection.is_closed()):
             raise
         pipeline.record_failure(received, exc)
         return Round(taken=1, failed=1)
     except BaseException:
-        await _rollback_quietly(transaction)
+        await _rollback_quietly(connection)
         raise
 
 
-async def _rollback_quietly(transaction: asyncpg.transaction.Transaction) -> None:
+async def _commit_and_begin(connection: asyncpg.Connection, before_commit: str) -> None:
+    if not before_commit:
+        await connection.execute(COMMIT_AND_BEGIN)
+        return
+    try:
+        await connection.execute(f"{before_commit}; {COMMIT_AND_BEGIN}")
+    except asyncpg.UndefinedTableError as exc:
+        missing = _MISSING_RELATION.search(str(exc))
+        raise QueueNotFoundError(missing.group(1) if missing else str(exc)) from exc
+
+
+async def end_carried_transaction(connection: asyncpg.Connection) -> None:
+    """Roll back the transaction a slot's last round began for the next (it did nothing)."""
+    if not connection.is_closed() and connection.is_in_transaction():
+        await _rollback_quietly(connection)
+
+
+async def _rollback_quietly(connection: asyncpg.Connection) -> None:
     # Connection lost or transaction already ended: the server rolls back by itself.
+    if connection.is_closed() or not connection.is_in_transaction():
+        return
     with contextlib.suppress(asyncpg.InterfaceError, asyncpg.PostgresError, OSError):
-        await transaction.rollback()
+        await connection.execute("ROLLBACK")

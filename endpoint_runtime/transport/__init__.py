@@ -26,6 +26,7 @@ from endpoint_runtime.messages import OutgoingMessage
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import queues, receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+from endpoint_runtime.transport.connection import QueueConnection
 from endpoint_runtime.transport.queues import QueueInfo
 
 __all__ = ["PostgresTransport", "QueueAddress", "QueueInfo", "connect_pool", "quote_identifier"]
@@ -34,7 +35,9 @@ __all__ = ["PostgresTransport", "QueueAddress", "QueueInfo", "connect_pool", "qu
 async def connect_pool(
     dsn: str, *, min_size: int = 1, max_size: int = 10, **options: Any
 ) -> asyncpg.Pool:
-    """An asyncpg pool; connection errors name the server with its password hidden."""
+    """An asyncpg pool of :class:`QueueConnection`; connection errors name the server with
+    its password hidden."""
+    options.setdefault("connection_class", QueueConnection)
     try:
         pool: asyncpg.Pool = await asyncpg.create_pool(
             dsn or None, min_size=min_size, max_size=max_size, **options

@@ -190,25 +190,6 @@ async def test_outbox_reply_and_delayed_send_keep_their_headers(
     assert Headers.DELIVER_AT in delayed["headers"]
 
 
-@pytest.mark.parametrize("conforming", ["on", "off"])
-async def test_message_ids_become_safe_literals(
-    transport: PostgresTransport, conforming: str
-) -> None:
-    from endpoint_runtime.outbox import text_literal
-
-    nasty = ["plain", "it's", "back\\slash", "trailing\\", "'); DROP TABLE victims; --",
-             "\\'; SELECT 1; --", "ünïcødé 😀"]
-    async with transport.pool.acquire() as connection:
-        await connection.execute(f"SET standard_conforming_strings = {conforming}")
-        await connection.execute("CREATE TEMP TABLE victims (id int)")
-        for text in nasty:
-            assert await connection.fetchval(f"SELECT {text_literal(text)}") == text
-        assert await connection.fetchval("SELECT count(*) FROM victims") == 0
-        await connection.execute("RESET standard_conforming_strings")
-    with pytest.raises(ValueError, match="NUL"):
-        text_literal("a\x00b")
-
-
 async def test_a_message_id_with_quotes_goes_through_the_outbox(
     transport: PostgresTransport,
 ) -> None:

@@ -1,0 +1,187 @@
+"""The receive transaction's round trips: COMMIT chained with the next BEGIN, and outgoing
+messages sent as prepared statements together with the COMMIT (atomic mode, no Ray)."""
+
+from __future__ import annotations
+
+import asyncpg
+import msgspec
+
+from endpoint_runtime.messages import Headers, TransportMessage
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.transactions.base import Round
+from endpoint_runtime.transactions.single import SingleMessageStrategy
+from endpoint_runtime.transport import PostgresTransport, sending
+from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import QueueConnection
+from tests.support.atomic_endpoints import Done, Job, ledger
+
+
+async def prepare(transport: PostgresTransport) -> SingleMessageStrategy:
+    for queue in ("ledger_in", "ledger_out", "error"):
+        await transport.create_queue(queue)
+    await transport.pool.execute("""
+        CREATE TABLE ledger_rows (n integer);
+        CREATE TABLE ledger_parents (id integer PRIMARY KEY);
+        CREATE TABLE ledger_children (
+            parent integer REFERENCES ledger_parents (id) DEFERRABLE INITIALLY DEFERRED);
+    """)
+    strategy = ledger.create_strategy(ledger.create_pipeline(), transport.pool, ledger.settings)
+    assert isinstance(strategy, SingleMessageStrategy)
+    return strategy
+
+
+async def bodies(transport: PostgresTransport, queue: str) -> list[Done]:
+    address = transport.address(queue)
+    rows = await transport.pool.fetch(f"SELECT body FROM {address.qualified} ORDER BY seq")
+    return [msgspec.json.decode(row["body"], type=Done) for row in rows]
+
+
+async def test_a_handled_message_begins_the_next_transaction_and_the_slot_end_closes_it(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport)
+    for n in range(3):
+        await transport.send("ledger_in", create_outgoing(Job(n)))
+
+    async with transport.pool.acquire() as connection:
+        for _ in range(3):
+            assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
+            assert connection.is_in_transaction()  # COMMIT; BEGIN: the next one is open
+            # ...and committed: another connection sees the sends and the emptier queue.
+        assert await transport.depth("ledger_out") == 3
+        assert await transport.depth("ledger_in") == 0
+        assert await strategy.receive_round(connection) == Round()
+        assert not connection.is_in_transaction()  # an empty receive commits, begins nothing
+
+        await transport.send("ledger_in", create_outgoing(Job(3)))
+        await strategy.receive_round(connection)
+        assert connection.is_in_transaction()
+        await strategy.slot_ended(connection)
+        assert not connection.is_in_transaction()
+
+    assert [done.n for done in await bodies(transport, "ledger_out")] == [0, 1, 2, 3]
+
+
+async def test_sends_travel_as_one_prepared_statement_per_session_and_queue(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport)
+    outgoing = [create_outgoing(Job(n)) for n in range(5)]
+    for message in outgoing:
+        await transport.send("ledger_in", message)
+
+    async with transport.pool.acquire() as connection:
+        while (await strategy.receive_round(connection)).taken:
+            pass
+        prepared = await connection.fetch(
+            "SELECT name, statement FROM pg_prepared_statements WHERE from_sql "
+            "AND name LIKE 'endpoint_runtime_send_%'")
+    assert len(prepared) == 1  # prepared once, executed five times
+    assert '"public"."ledger_out"' in prepared[0]["statement"]
+    rows = await transport.pool.fetch(
+        'SELECT headers, body, expires FROM "public"."ledger_out" ORDER BY seq')
+    assert [msgspec.json.decode(row["body"], type=Done).n for row in rows] == list(range(5))
+    for row, incoming in zip(rows, outgoing, strict=True):
+        headers = msgspec.json.decode(row["headers"])
+        # The handler's send carries the incoming message's conversation, like any send.
+        assert headers[Headers.CONVERSATION_ID] == incoming.headers[Headers.CONVERSATION_ID]
+        assert headers[Headers.ENCLOSED_MESSAGE_TYPES].endswith("Done")
+        assert row["expires"] is None
+
+
+async def test_a_handler_savepoint_inside_the_chained_transaction(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport)
+    await transport.send("ledger_in", create_outgoing(Job(7, "savepoint")))
+    await transport.send("ledger_in", create_outgoing(Job(8, "savepoint")))
+
+    async with transport.pool.acquire() as connection:
+        for _ in range(2):  # the second runs in the transaction the first one began
+            assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
+        await strategy.slot_ended(connection)
+
+    assert await transport.pool.fetchval("SELECT array_agg(n ORDER BY n) FROM ledger_rows") \
+        == [7, 8]
+    assert await transport.depth("ledger_out") == 2
+
+
+async def test_a_commit_that_fails_undoes_the_receive_and_the_sends(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport)
+    await transport.send("ledger_in", create_outgoing(Job(1, "deferred_violation")))
+    await transport.send("ledger_in", create_outgoing(Job(2)))
+
+    async with transport.pool.acquire() as connection:
+        failed = await strategy.receive_round(connection)
+        assert failed == Round(taken=1, failed=1)
+        assert not connection.is_in_transaction()
+        # No retries configured: the next round moves it to the error queue, in order.
+        assert await strategy.receive_round(connection) == Round(taken=1, failed=1)
+        assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
+        await strategy.slot_ended(connection)
+
+    assert [done.n for done in await bodies(transport, "ledger_out")] == [2]
+    assert await transport.pool.fetchval("SELECT count(*) FROM ledger_children") == 0
+    error = await transport.receive("error")
+    assert isinstance(error, TransportMessage)
+    assert "ForeignKeyViolation" in error.headers[ErrorHeaders.EXCEPTION_TYPE]
+
+
+async def test_a_send_to_a_missing_queue_fails_with_a_clear_error(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport)
+    await transport.send("ledger_in", create_outgoing(Job(1, "missing_queue")))
+
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == Round(taken=1, failed=1)
+        assert await strategy.receive_round(connection) == Round(taken=1, failed=1)
+        await strategy.slot_ended(connection)
+
+    error = await transport.receive("error")
+    assert isinstance(error, TransportMessage)
+    assert error.headers[ErrorHeaders.EXCEPTION_TYPE].endswith("QueueNotFoundError")
+    assert "nowhere" in error.headers[ErrorHeaders.MESSAGE]
+
+
+async def test_a_large_message_goes_as_parameters_and_keeps_the_order(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport)
+    size = sending.STATEMENT_SIZE_LIMIT + 1
+    await transport.send("ledger_in", create_outgoing(Job(10, "large_first", size)))
+
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
+        await strategy.slot_ended(connection)
+
+    sent = await bodies(transport, "ledger_out")
+    assert [(done.n, len(done.padding)) for done in sent] == [(10, size), (11, 0)]
+
+
+async def test_send_statement_needs_a_connection_that_tracks_its_statements(
+    transport: PostgresTransport, database_dsn: str,
+) -> None:
+    address = await transport.create_queue("ledger_out")
+    message = create_outgoing(Done(1))
+    plain = await asyncpg.connect(database_dsn)
+    try:
+        assert await sending.send_statement(plain, address, message) is None
+    finally:
+        await plain.close()
+
+    async with transport.pool.acquire() as connection:
+        assert isinstance(connection._con, QueueConnection)  # the transport's pools use it
+        statement = await sending.send_statement(connection, address, message)
+        assert statement is not None
+        assert statement.startswith("EXECUTE ")
+        again = await sending.send_statement(connection, QueueAddress("ledger_out"), message)
+        assert again == statement
+        await connection.execute(statement)
+    received = await transport.receive("ledger_out")
+    assert isinstance(received, TransportMessage)
+    assert received.headers == message.headers
+    assert received.body == message.body
