@@ -10,7 +10,8 @@ Per run, the same backlog of N messages is drained three ways, at the same concu
 - with ``--mode outbox`` also ``atomic_business`` and ``outbox``: the handler inserts one
   business row and sends one message, in atomic mode and with the outbox (receive-only).
 
-The backlog becomes visible in one commit; a side's time runs from that commit until the
+Each side first drains one uncounted warm-up backlog (``--warmup``). The backlog becomes
+visible in one commit; a side's time runs from that commit until the
 sink holds N messages. Idle latency (send -> handler start) is measured on the idle atomic
 deployment with messages sent one at a time. Run ``python -m benchmarks.throughput --help``.
 """
@@ -189,18 +190,22 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     await deploy("benchmarks.endpoints:outbox_business", dsn, args.concurrency),
                     "bench_outbox",
                 )
+            async def run_side(side: str, messages: int) -> float:
+                if side == "raw":
+                    return await run_raw(pool, dsn, messages, args.concurrency)
+                deployment, queue = deployed[side]
+                return await run_deployed(pool, deployment, QueueAddress(queue), messages)
+
             try:
+                for side in sides if args.warmup else ():
+                    rate = await run_side(side, args.warmup)
+                    progress(f"warm-up {side:8s} {rate:9.0f} msg/s (not counted)")
                 for run in range(args.runs):
                     order = list(sides)
                     if run % 2:
                         order.reverse()
                     for side in order:
-                        if side == "raw":
-                            rate = await run_raw(pool, dsn, args.messages, args.concurrency)
-                        else:
-                            deployment, queue = deployed[side]
-                            rate = await run_deployed(pool, deployment, QueueAddress(queue),
-                                                      args.messages)
+                        rate = await run_side(side, args.messages)
                         results[side].append(rate)
                         progress(f"run {run + 1}/{args.runs} {side:8s} {rate:9.0f} msg/s")
                     for pid in await atomic.receiver_pids():
@@ -238,6 +243,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "messages": args.messages,
         "concurrency": args.concurrency,
         "batch_size": args.batch_size,
+        "warmup_messages": args.warmup,
         "per_run": {k: [round(v, 1) for v in vs] for k, vs in results.items()},
         "postgres": version,
         "server": redact_dsn(server),
@@ -255,6 +261,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, help="messages in flight on every side")
     parser.add_argument("--runs", type=int, help="runs per side (medians are reported)")
     parser.add_argument("--batch-size", type=int, default=50, help="batched receive size")
+    parser.add_argument("--warmup", type=int, default=500,
+                        help="messages of one uncounted run per side first (0: none)")
     parser.add_argument("--latency-samples", type=int, help="messages for idle latency")
     parser.add_argument("--mode", choices=("standard", "outbox"), default="standard",
                         help="outbox: also compare the outbox with atomic mode")
