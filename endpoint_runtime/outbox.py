@@ -23,6 +23,7 @@ from endpoint_runtime.messages import OutgoingMessage
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+from endpoint_runtime.transport.connection import prepared_name
 from endpoint_runtime.transport.literals import text_literal
 from endpoint_runtime.transport.queues import ddl_lock
 
@@ -77,6 +78,7 @@ class OutboxStorage:
     def __init__(self, table: QueueAddress) -> None:
         self.table = table
         self._dispatch_statements: dict[QueueAddress, str] = {}
+        self._receive_statements: dict[QueueAddress, str] = {}
 
     @classmethod
     def for_endpoint(cls, endpoint: QueueAddress, table_name: str | None) -> OutboxStorage:
@@ -90,6 +92,7 @@ class OutboxStorage:
             "dispatched_at_idx": quote_identifier(_index_name(self.table, "dispatched_at")),
             "dispatched_idx": quote_identifier(_index_name(self.table, "dispatched")),
             "queue": "{queue}",  # filled per destination by dispatch_and_mark()
+            "receive": "{receive}",  # filled per queue by receive_and_look_up()
         }
         return {name: text.format(**names) for name, text in sql.load("outbox.sql").items()}
 
@@ -100,28 +103,62 @@ class OutboxStorage:
             await connection.execute(self.sql["create_dispatched_at_index"])
             await connection.execute(self.sql["create_dispatched_index"])
 
-    def begin(self, message_id: str, *, pessimistic: bool, isolation: str) -> str:
-        """BEGIN and the look-up (or the pessimistic claim) of ``message_id``, as one
-        simple query; its command tag tells whether the message id is new."""
-        literal = text_literal(message_id)
-        if pessimistic:
-            statement = self.sql["begin_and_claim"].format(
-                message_id=literal, version=f"'{PERSISTENCE_VERSION}'"
-            )
-        else:
-            statement = self.sql["begin_and_look_up"].format(message_id=literal)
-        return f"BEGIN ISOLATION LEVEL {isolation.replace('_', ' ').upper()}; {statement}"
+    def receive_and_look_up(self, queue: QueueAddress) -> str:
+        """The receive of ``queue`` that also says whether the message id is recorded."""
+        statement = self._receive_statements.get(queue)
+        if statement is None:
+            receive = statements.for_queue(queue)["receive"].strip().rstrip(";")
+            statement = self.sql["receive_and_look_up"].replace("{receive}", receive)
+            self._receive_statements[queue] = statement
+        return statement
 
-    def record_and_commit(self, message_id: str, operations: str, *, pessimistic: bool) -> str:
-        """Store (optimistic) or complete (pessimistic) the record, and COMMIT, as one
-        simple query: one round trip instead of two."""
-        values = {
-            "message_id": text_literal(message_id),
-            "version": text_literal(PERSISTENCE_VERSION),
-            "operations": text_literal(operations),
-        }
-        block = "complete_and_commit" if pessimistic else "store_and_commit"
-        return self.sql[block].format(**values)
+    async def look_up(self, connection: asyncpg.Connection, message_id: str, *,
+                      begin: str | None) -> bool:
+        """Whether ``message_id`` is recorded; ``begin`` (if any) goes in the same query."""
+        return await self._execute(connection, "look_up", [message_id], before=begin) \
+            == "SELECT 1"
+
+    async def claim(self, connection: asyncpg.Connection, message_id: str, *,
+                    begin: str) -> bool:
+        """Pessimistic: ``begin`` and insert the placeholder record of ``message_id``; a
+        concurrent duplicate blocks until the first commits. ``False`` when it was recorded."""
+        status = await self._execute(connection, "claim", [message_id, PERSISTENCE_VERSION],
+                                     before=begin)
+        return status == "INSERT 0 1"
+
+    async def record_and_commit(
+        self, connection: asyncpg.Connection, message_id: str, operations: str, *,
+        pessimistic: bool, then: str = "COMMIT",
+    ) -> None:
+        """Store (optimistic) or complete (pessimistic) the record, then ``then`` (COMMIT,
+        and perhaps the next BEGIN)."""
+        if pessimistic:
+            await self._execute(connection, "complete", [message_id, operations], then=then)
+        else:
+            await self._execute(connection, "store", [message_id, PERSISTENCE_VERSION, operations],
+                                then=then)
+
+    async def _execute(
+        self, connection: asyncpg.Connection, block: str, values: list[str], *,
+        before: str | None = None, then: str | None = None,
+    ) -> str:
+        """``before``; the statement ``block`` with ``values``; ``then``: as one simple query
+        (the statement prepared once per session, see ``transport.connection``), or as one
+        round trip each on a connection that does not track prepared statements."""
+        statement = self.sql[block]
+        if getattr(connection, "sql_prepared", None) is None:
+            if before is not None:
+                await connection.execute(before)
+            status: str = await connection.execute(statement, *values)
+            if then is not None:
+                await connection.execute(then)
+            return status
+        name = await prepared_name(connection, statement, ", ".join(["text"] * len(values)))
+        execute = f"EXECUTE {name}({', '.join(map(text_literal, values))})"
+        status = await connection.execute(
+            "; ".join(part for part in (before, execute, then) if part is not None)
+        )
+        return status
 
     def dispatch_and_mark(self, destination: QueueAddress) -> str:
         """The one-round-trip dispatch into ``destination`` (statement cached per queue)."""

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import uuid
 from collections import defaultdict
+from collections.abc import Iterable
 
 import asyncpg
 import structlog
@@ -41,11 +43,19 @@ from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.base import BufferedDispatcher, Round, as_delayed
 from endpoint_runtime.transactions.single import end_carried_transaction, receive_in_transaction
-from endpoint_runtime.transport import sending
+from endpoint_runtime.transport import receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.sending import row_id
+from endpoint_runtime.transport.connection import prepared_name
+from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
+from endpoint_runtime.transport.receiving import Received
+from endpoint_runtime.transport.sending import STATEMENT_SIZE_LIMIT, row_id
 
 log = structlog.get_logger("endpoint_runtime.outbox")
+DISPATCH_PARAMETER_TYPES = "text, uuid[], float8[], text[], bytea[]"
+
+
+def _array(literals: Iterable[str]) -> str:
+    return f"ARRAY[{', '.join(literals)}]"
 
 
 class OutboxStrategy:
@@ -62,11 +72,15 @@ class OutboxStrategy:
         # One business connection per receive connection, kept for the receive slot's life:
         # returning a connection to the pool costs a reset round trip per message.
         self._business: dict[int, asyncpg.Connection] = {}
+        # What the receive on a connection found out: (row id, message id recorded?).
+        self._recorded: dict[int, tuple[uuid.UUID, bool]] = {}
 
     async def slot_ended(self, connection: asyncpg.Connection) -> None:
         await end_carried_transaction(connection)
+        self._recorded.pop(id(connection), None)
         business = self._business.pop(id(connection), None)
         if business is not None:
+            await end_carried_transaction(business)
             await self._pool.release(business)
 
     async def _business_connection(self, connection: asyncpg.Connection) -> asyncpg.Connection:
@@ -84,34 +98,66 @@ class OutboxStrategy:
         return business
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
-        return await receive_in_transaction(self._pipeline, connection, self._handle)
+        return await receive_in_transaction(self._pipeline, connection, self._handle,
+                                            receive=self._receive)
+
+    async def _receive(
+        self, connection: asyncpg.Connection, address: QueueAddress
+    ) -> Received | None:
+        """Optimistic: the receive also says whether the message id is recorded (a round
+        trip saved), when the headers carry it in this runtime's own form."""
+        self._recorded.pop(id(connection), None)
+        if self._settings.pessimistic:
+            return await receiving.receive(connection, address)
+        statement = self._storage.receive_and_look_up(address)
+        row = await receiving.receive_row(connection, address, statement)
+        if row is None:
+            return None
+        message = receiving.to_message(row)
+        if isinstance(message, TransportMessage) and row["looked_up_id"] == message.message_id:
+            self._recorded[id(connection)] = (message.native_id, row["recorded"])
+        return message
 
     async def _handle(self, connection: asyncpg.Connection, message: TransportMessage) -> str:
         """Business transaction (unless the id is recorded), then dispatch in the receive's."""
         business = await self._business_connection(connection)
-        operations = await self._run_handlers(message, business)
+        looked_up = self._recorded.pop(id(connection), None)
+        recorded = looked_up[1] if looked_up and looked_up[0] == message.native_id else None
+        operations = await self._run_handlers(message, business, recorded)
         if operations is not None and self._dispatch_in_one_statement(operations):
-            await self._dispatch_fresh(connection, message.message_id, operations)
-        else:
-            await self._dispatch(connection, message.message_id)
+            return await self._dispatch_fresh(connection, message.message_id, operations)
+        await self._dispatch(connection, message.message_id)
         return ""
 
     async def _run_handlers(
-        self, message: TransportMessage, business: asyncpg.Connection
+        self, message: TransportMessage, business: asyncpg.Connection, recorded: bool | None
     ) -> list[TransportOperation] | None:
         """The business transaction: handlers and the outbox record commit together.
 
+        ``recorded`` is what the receive found out about the message id (``None``: nothing).
         Returns the operations the handlers produced, or ``None`` when the message id was
         already recorded (a duplicate: the handlers did not run, or their work rolled back).
+
+        Optimistic mode chains transactions as the receive does: the COMMIT goes with the
+        next BEGIN, so the next message's business work starts without a round trip.
         """
         message_id = message.message_id
         pessimistic = self._settings.pessimistic
+        isolation = self._settings.isolation.replace("_", " ").upper()
+        begin = f"BEGIN ISOLATION LEVEL {isolation}"
+        carried = business.is_in_transaction()
         try:
-            status = await business.execute(self._storage.begin(
-                message_id, pessimistic=pessimistic, isolation=self._settings.isolation
-            ))
-            if status in ("SELECT 1", "INSERT 0 0"):  # recorded by an earlier delivery
-                await business.execute("ROLLBACK")
+            if pessimistic:
+                duplicate = not await self._storage.claim(business, message_id, begin=begin)
+            elif recorded is None:
+                duplicate = await self._storage.look_up(
+                    business, message_id, begin=None if carried else begin)
+            else:
+                duplicate = recorded
+                if not duplicate and not carried:
+                    await business.execute(begin)
+            if duplicate:  # recorded by an earlier delivery
+                await _rollback(business)
                 self.duplicates += 1
                 log.info("outbox_duplicate", concurrency="pessimistic" if pessimistic
                          else "optimistic")
@@ -126,22 +172,20 @@ class OutboxStrategy:
             await self._pipeline.handle(message, context)
             operations = [operation_of(a, m) for a, m in collected.pending]
             operations += [delayed_operation_of(d) for d in collected.pending_delayed]
-            record = self._storage.record_and_commit(
-                message_id, encode_operations(operations), pessimistic=pessimistic
-            )
             try:
-                await business.execute(record)
+                await self._storage.record_and_commit(
+                    business, message_id, encode_operations(operations), pessimistic=pessimistic,
+                    then="COMMIT" if pessimistic else f"COMMIT; {begin}",
+                )
             except asyncpg.UniqueViolationError:
                 # An optimistic duplicate lost the race: its business work rolls back.
-                await business.execute("ROLLBACK")
+                await _rollback(business)
                 self.duplicates += 1
                 log.info("outbox_duplicate", concurrency="optimistic")
                 return None
             return operations
         except BaseException:
-            if not business.is_closed() and business.is_in_transaction():
-                with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError):
-                    await business.execute("ROLLBACK")
+            await _rollback(business)
             raise
 
     @staticmethod
@@ -152,17 +196,29 @@ class OutboxStrategy:
     async def _dispatch_fresh(
         self, connection: asyncpg.Connection, message_id: str,
         operations: list[TransportOperation],
-    ) -> None:
-        """Mark and dispatch in one round trip, from the operations this delivery produced."""
+    ) -> str:
+        """Mark and dispatch in one statement, from the operations this delivery produced.
+        Returned as an ``EXECUTE`` to send with the COMMIT when the connection can take it
+        (see ``transport.connection``); otherwise run now, and nothing is returned."""
         destination = parse_address(operations[0].destination,
                                     self._pipeline.local_address.schema)
-        await connection.execute(
-            self._storage.dispatch_and_mark(destination),
-            message_id,
-            [row_id(o.message_id) for o in operations],
-            [o.time_to_be_received for o in operations],
-            [encode_headers(o.headers) for o in operations],
-            [o.body for o in operations],
+        statement = self._storage.dispatch_and_mark(destination)
+        ids = [row_id(o.message_id) for o in operations]
+        ttbrs = [o.time_to_be_received for o in operations]
+        headers = [encode_headers(o.headers) for o in operations]
+        bodies = [o.body for o in operations]
+        name = None
+        if sum(map(len, headers)) + sum(map(len, bodies)) <= STATEMENT_SIZE_LIMIT:
+            name = await prepared_name(connection, statement, DISPATCH_PARAMETER_TYPES)
+        if name is None:
+            await connection.execute(statement, message_id, ids, ttbrs, headers, bodies)
+            return ""
+        return (
+            f"EXECUTE {name}({text_literal(message_id)}, "
+            f"{_array(text_literal(str(i)) for i in ids)}::uuid[], "
+            f"{_array('NULL' if t is None else float_literal(t) for t in ttbrs)}::float8[], "
+            f"{_array(text_literal(h) for h in headers)}::text[], "
+            f"{_array(bytea_literal(b) for b in bodies)}::bytea[])"
         )
 
     async def _dispatch(self, connection: asyncpg.Connection, message_id: str) -> None:
@@ -188,3 +244,8 @@ class OutboxStrategy:
         for address, messages in by_queue.items():
             await sending.send_many(connection, address, messages)
 
+
+async def _rollback(business: asyncpg.Connection) -> None:
+    if not business.is_closed() and business.is_in_transaction():
+        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError):
+            await business.execute("ROLLBACK")

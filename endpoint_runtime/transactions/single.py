@@ -29,6 +29,7 @@ from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ImmediateDispatcher, Round
 from endpoint_runtime.transport import receiving
+from endpoint_runtime.transport.addresses import QueueAddress
 
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
 _MISSING_RELATION = re.compile(r'relation "(.+)" does not exist')
@@ -71,9 +72,12 @@ Handle = Callable[[asyncpg.Connection, TransportMessage], Awaitable[str]]
 """Processes a received message in the open transaction; returns statements (literal SQL,
 possibly empty) to run just before its COMMIT, in the same simple query."""
 
+Receive = Callable[[asyncpg.Connection, QueueAddress], Awaitable[receiving.Received | None]]
+
 
 async def receive_in_transaction(
-    pipeline: Pipeline, connection: asyncpg.Connection, handle: Handle
+    pipeline: Pipeline, connection: asyncpg.Connection, handle: Handle,
+    receive: Receive = receiving.receive,
 ) -> Round:
     """(BEGIN unless carried over;) receive one message; move it on if recoverability says
     so (poison, retries used up), else ``handle`` it; COMMIT and BEGIN the next. A failure
@@ -84,7 +88,7 @@ async def receive_in_transaction(
         await connection.execute("BEGIN")
     received = None
     try:
-        received = await receiving.receive(connection, pipeline.local_address)
+        received = await receive(connection, pipeline.local_address)
         if received is None:
             await connection.execute("COMMIT")  # expired rows deleted on the way
             return EMPTY

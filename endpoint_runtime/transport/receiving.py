@@ -47,16 +47,20 @@ async def receive(connection: asyncpg.Connection, address: QueueAddress) -> Rece
 
     Expired rows are deleted (in the caller's transaction) and skipped, never returned.
     """
-    statement = statements.for_queue(address)["receive"]
+    row = await receive_row(connection, address, statements.for_queue(address)["receive"])
+    return None if row is None else to_message(row)
+
+
+async def receive_row(connection: asyncpg.Connection, address: QueueAddress, statement: str) -> Any:
+    """:func:`receive` with another statement that returns the receive's columns (and maybe
+    more): the row, for the caller to turn into a message with :func:`to_message`."""
     while True:
         try:
             row = await connection.fetchrow(statement)
         except asyncpg.UndefinedTableError as exc:
             raise QueueNotFoundError(str(address)) from exc
-        if row is None:
-            return None
-        if not row["expired"]:
-            return to_message(row)
+        if row is None or not row["expired"]:
+            return row
 
 
 async def receive_batch(

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import uuid
 from collections.abc import Sequence
 from typing import TypeAlias
@@ -14,6 +12,7 @@ from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.messages import OutgoingMessage, encode_headers, is_canonical_uuid
 from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import prepared_name
 from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
 
 # Above this many bytes of headers and body a message goes as parameters: a literal doubles
@@ -56,36 +55,26 @@ async def send_statement(
     connection: asyncpg.Connection, address: QueueAddress, message: OutgoingMessage
 ) -> str | None:
     """The send as ``EXECUTE name(literal values)``: a statement that can travel with others
-    (e.g. just before COMMIT) in one simple query. The INSERT is prepared once per server
-    session (``PREPARE``, awaited here the first time). ``None`` when the connection does not
-    track its session's statements (see ``transport.connection``) or the message is large."""
-    prepared: set[str] | None = getattr(connection, "sql_prepared", None)
+    (e.g. just before COMMIT) in one simple query; the INSERT is prepared once per session
+    (see ``transport.connection``). ``None`` when the connection does not track its
+    session's statements or the message is too large to pay."""
     headers = encode_headers(message.headers)
-    if prepared is None or len(headers) + len(message.body) > STATEMENT_SIZE_LIMIT:
+    if len(headers) + len(message.body) > STATEMENT_SIZE_LIMIT:
         return None
-    name = _send_statement_name(address)
-    if name not in prepared:
-        try:
-            await connection.execute(
-                f"PREPARE {name} (uuid, float8, text, bytea) AS "
-                + statements.for_queue(address)["send"].rstrip(";")
-            )
-        except asyncpg.UndefinedTableError as exc:
-            raise QueueNotFoundError(str(address)) from exc
-        prepared.add(name)
+    try:
+        name = await prepared_name(
+            connection, statements.for_queue(address)["send"], "uuid, float8, text, bytea"
+        )
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc
+    if name is None:
+        return None
     ttbr = message.time_to_be_received
     return (
         f"EXECUTE {name}({text_literal(str(_native_id(message)))}, "
         f"{'NULL' if ttbr is None else float_literal(ttbr)}, "
         f"{text_literal(headers)}, {bytea_literal(message.body)})"
     )
-
-
-@functools.lru_cache(maxsize=4096)
-def _send_statement_name(address: QueueAddress) -> str:
-    return "endpoint_runtime_send_" + hashlib.blake2b(
-        address.qualified.encode(), digest_size=8
-    ).hexdigest()
 
 
 async def send_many(

@@ -15,6 +15,7 @@ from endpoint_runtime.outbox import OutboxCleaner
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.outbox import OutboxStrategy
+from endpoint_runtime.transactions.single import end_carried_transaction
 from endpoint_runtime.transport import PostgresTransport
 from tests.support.outbox_endpoints import PayInvoice
 from tests.support.outbox_endpoints import optimistic as optimistic_endpoint
@@ -129,7 +130,8 @@ async def test_record_committed_but_not_dispatched_is_dispatched_on_redelivery(
         received = await receiving.receive(connection, optimistic_endpoint.address)
         assert isinstance(received, TransportMessage)
         async with transport.pool.acquire() as business:
-            await strategy._run_handlers(received, business)  # the business commit
+            await strategy._run_handlers(received, business, None)  # the business commit
+            await end_carried_transaction(business)
         await transaction.rollback()  # ... and the process dies: the receive rolls back
     assert await counts(transport) == (1, 0, 1)
     assert await transport.depth("payments") == 1

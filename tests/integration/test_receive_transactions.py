@@ -76,7 +76,7 @@ async def test_sends_travel_as_one_prepared_statement_per_session_and_queue(
             pass
         prepared = await connection.fetch(
             "SELECT name, statement FROM pg_prepared_statements WHERE from_sql "
-            "AND name LIKE 'endpoint_runtime_send_%'")
+            "AND name LIKE 'endpoint_runtime_%'")
     assert len(prepared) == 1  # prepared once, executed five times
     assert '"public"."ledger_out"' in prepared[0]["statement"]
     rows = await transport.pool.fetch(

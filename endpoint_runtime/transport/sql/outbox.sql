@@ -1,5 +1,6 @@
 -- The outbox of one endpoint: table "<endpoint>_OutboxData" in the business database.
--- Placeholders: {table} quoted "schema"."table", {schema}, {dispatched_at_idx}, {dispatched_idx}.
+-- Placeholders: {table} quoted "schema"."table", {schema}, {dispatched_at_idx}, {dispatched_idx};
+-- {queue} and {receive} are filled in per queue (outbox.OutboxStorage).
 
 -- create_table --
 CREATE TABLE IF NOT EXISTS {table} (
@@ -16,30 +17,45 @@ CREATE INDEX IF NOT EXISTS {dispatched_at_idx} ON {table} (dispatched_at);
 -- create_dispatched_index --
 CREATE INDEX IF NOT EXISTS {dispatched_idx} ON {table} (dispatched);
 
--- begin_and_look_up --
--- Sent as one simple query with BEGIN (saving a round trip): the command tag "SELECT 1" or
--- "SELECT 0" says whether a record exists. {{message_id}} is filled in later with an escape
--- string literal (outbox.text_literal): a constant, so the primary key serves the look-up.
-SELECT 1 FROM {table} WHERE message_id = {{message_id}};
+-- The business transaction's statements are prepared once per session (PREPARE) and sent as
+-- EXECUTE with literal values, together with BEGIN or COMMIT in one simple query (outbox.py).
 
--- begin_and_claim --
--- Pessimistic, sent with BEGIN likewise: "INSERT 0 1" claims the message id; a concurrent
--- duplicate blocks here until the first commits, then gets "INSERT 0 0".
+-- receive_and_look_up --
+-- The transport's receive and, in the same round trip, whether this table records
+-- the message id that the headers carry in the form this runtime writes them. The caller trusts
+-- "recorded" only when looked_up_id equals the message id it parses, else it looks up itself.
+WITH taken AS ({receive}),
+looked_up AS (
+    SELECT taken.*,
+           split_part(split_part(taken.headers, '"NServiceBus.MessageId":"', 2), '"', 1)
+               AS looked_up_id
+    FROM taken
+)
+SELECT looked_up.*,
+       EXISTS (SELECT 1 FROM {table} AS record WHERE record.message_id = looked_up.looked_up_id)
+           AS recorded
+FROM looked_up;
+
+-- look_up --
+-- Its command tag, "SELECT 1" or "SELECT 0", says whether the message id is recorded.
+SELECT 1 FROM {table} WHERE message_id = $1;
+
+-- claim --
+-- Pessimistic: "INSERT 0 1" claims the message id; a concurrent duplicate blocks here until
+-- the first commits, then gets "INSERT 0 0".
 INSERT INTO {table} (message_id, dispatched, persistence_version, operations)
-VALUES ({{message_id}}, false, {{version}}, NULL)
+VALUES ($1, false, $2, NULL)
 ON CONFLICT (message_id) DO NOTHING;
 
--- store_and_commit --
--- Optimistic: the record and COMMIT as one simple query (literals as in begin_and_look_up).
--- A concurrent duplicate fails on the primary key; the COMMIT after it is then not run.
+-- store --
+-- Optimistic: the record, just before COMMIT; a concurrent duplicate fails on the primary key
+-- (and the COMMIT after it in the same query is then not run).
 INSERT INTO {table} (message_id, dispatched, persistence_version, operations)
-VALUES ({{message_id}}, false, {{version}}, {{operations}}::jsonb);
-COMMIT;
+VALUES ($1, false, $2, $3::jsonb);
 
--- complete_and_commit --
--- Pessimistic: fill in the placeholder record, and COMMIT, as one simple query.
-UPDATE {table} SET operations = {{operations}}::jsonb WHERE message_id = {{message_id}};
-COMMIT;
+-- complete --
+-- Pessimistic: fill in the placeholder record, just before COMMIT.
+UPDATE {table} SET operations = $2::jsonb WHERE message_id = $1;
 
 -- take_for_dispatch --
 -- Marks the record dispatched and returns the operations it held, in one round trip. The row
