@@ -10,10 +10,11 @@ Per run, the same backlog of N messages is drained three ways, at the same concu
 - with ``--mode outbox`` also ``atomic_business`` and ``outbox``: the handler inserts one
   business row and sends one message, in atomic mode and with the outbox (receive-only).
 
-Each side first drains one uncounted warm-up backlog (``--warmup``). The backlog becomes
-visible in one commit; a side's time runs from that commit until the
-sink holds N messages. Idle latency (send -> handler start) is measured on the idle atomic
-deployment with messages sent one at a time. Run ``python -m benchmarks.throughput --help``.
+Each side first drains one uncounted warm-up backlog (``--warmup``). Before each run the side's
+queues are vacuumed; the backlog becomes visible in one commit, and a side's time runs from that
+commit until the sink holds N messages. Idle latency (send -> handler start) is measured on the
+idle atomic deployment with messages sent one at a time.
+Run ``python -m benchmarks.throughput --help``.
 """
 
 from __future__ import annotations
@@ -91,9 +92,17 @@ async def wait_for_sink(
         await asyncio.sleep(POLL_SECONDS)
 
 
+async def reset_queues(pool: asyncpg.Pool, queue: QueueAddress) -> None:
+    """Every side starts from the same state: an empty sink, and the dead rows of earlier runs
+    vacuumed away (else the receive's index scan wades through as many as autovacuum left,
+    which makes runs differ by more than the sides do)."""
+    await queues.purge(pool, SINK_ADDRESS)
+    await pool.execute(f"VACUUM {queue.qualified}, {SINK_ADDRESS.qualified}")
+
+
 async def run_raw(pool: asyncpg.Pool, dsn: str, count: int, concurrency: int) -> float:
     """Plain asyncpg: the transport's own receive and send statements, nothing else."""
-    await queues.purge(pool, SINK_ADDRESS)
+    await reset_queues(pool, INPUT)
     receive_sql = statements.for_queue(INPUT)["receive"]
     send_sql = statements.for_queue(SINK_ADDRESS)["send"]
     connections = [await asyncpg.connect(dsn) for _ in range(concurrency)]
@@ -124,7 +133,7 @@ async def run_raw(pool: asyncpg.Pool, dsn: str, count: int, concurrency: int) ->
 async def run_deployed(
     pool: asyncpg.Pool, deployment: EndpointDeployment, queue: QueueAddress, count: int
 ) -> float:
-    await queues.purge(pool, SINK_ADDRESS)
+    await reset_queues(pool, queue)
     baseline = await sink_baseline(pool)
     visible = await load_backlog(pool, queue, work_messages(count))
     done = await wait_for_sink(pool, baseline, count)
