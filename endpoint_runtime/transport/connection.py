@@ -9,6 +9,7 @@ connection, or a pooler that moves sessions between clients, would break this bo
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from typing import Any
 
@@ -32,11 +33,17 @@ async def prepared_name(
     prepared: set[str] | None = getattr(connection, "sql_prepared", None)
     if prepared is None:
         return None
-    text = statement.strip().rstrip(";")
-    name = "endpoint_runtime_" + hashlib.blake2b(
-        f"{parameter_types}|{text}".encode(), digest_size=10
-    ).hexdigest()
+    name = _name(statement, parameter_types)
     if name not in prepared:
+        text = statement.strip().rstrip(";")
         await connection.execute(f"PREPARE {name} ({parameter_types}) AS {text}")
         prepared.add(name)
     return name
+
+
+@functools.lru_cache(maxsize=1024)
+def _name(statement: str, parameter_types: str) -> str:
+    """A name derived from the statement itself, so that one name never means two texts."""
+    text = statement.strip().rstrip(";")
+    digest = hashlib.blake2b(f"{parameter_types}|{text}".encode(), digest_size=10)
+    return "endpoint_runtime_" + digest.hexdigest()

@@ -206,3 +206,26 @@ async def test_a_message_id_with_quotes_goes_through_the_outbox(
     assert await counts(transport) == (1, 1, 1)
     stored = await transport.pool.fetchval('SELECT message_id FROM "payments_OutboxData"')
     assert stored == odd_id
+
+
+async def test_the_receive_says_whether_the_message_id_is_recorded(
+    transport: PostgresTransport,
+) -> None:
+    """Optimistic mode looks the message id up in the receive's own round trip, when the
+    headers carry it in this runtime's form; otherwise it looks up on the business side."""
+    strategy = await prepare(transport, optimistic_endpoint)
+    known, fresh, odd = str(uuid.uuid4()), str(uuid.uuid4()), 'quoted "id" \\ here'
+    for message_id in (known, known, fresh, odd):
+        await transport.send("payments", create_outgoing(
+            PayInvoice(message_id), headers={Headers.MESSAGE_ID: message_id}))
+    async with transport.pool.acquire() as connection:
+        assert (await strategy.receive_round(connection)).handled == 1  # records `known`
+        found = {}
+        for _ in range(3):
+            message = await strategy._receive(connection, optimistic_endpoint.address)
+            assert isinstance(message, TransportMessage)
+            found[message.message_id] = strategy._recorded.get(id(connection))
+        await strategy.slot_ended(connection)
+
+    by_id = {key: value[1] if value else None for key, value in found.items()}
+    assert by_id == {known: True, fresh: False, odd: None}  # odd: JSON-escaped in the headers
