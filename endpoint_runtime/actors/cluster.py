@@ -10,12 +10,17 @@ import structlog
 
 log = structlog.get_logger("endpoint_runtime.cluster")
 
+WORKER_NICENESS = 0
+
 
 def ensure_ray() -> None:
     """Initialise Ray once per process.
 
     A local Ray's workers get this process's import path, so endpoints defined in the working
-    tree (not only installed packages) can be imported by receivers.
+    tree (not only installed packages) can be imported by receivers. They also run at normal
+    priority: Ray's default worker niceness (15) would starve receivers whenever PostgreSQL or
+    anything else on the machine wants the CPU. On a cluster this is the cluster's setting
+    (``RAY_worker_niceness=0`` in the environment of ``ray start``, as Ray Jobs does).
     """
     if ray.is_initialized():
         return
@@ -32,5 +37,6 @@ def ensure_ray() -> None:
         log_to_driver=True,
         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}},
         configure_logging=False,
+        _system_config={"worker_niceness": WORKER_NICENESS},
     )
     log.info("ray_started", resources=ray.cluster_resources())  # type: ignore[no-untyped-call]

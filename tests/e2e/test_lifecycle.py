@@ -100,6 +100,9 @@ async def test_receiver_killed_mid_message_loses_nothing(
     )
     assert attempt_pids[0]["pid"] == pid
     assert attempt_pids[1]["pid"] != pid
+    # Receivers run at normal priority, not Ray's default worker niceness (15), which would
+    # starve them whenever PostgreSQL wants the CPU.
+    assert os.getpriority(os.PRIO_PROCESS, attempt_pids[1]["pid"]) == 0
     assert [r.pid for r in status.receivers] == [attempt_pids[1]["pid"]], status_line(status)
     assert await transport.depth("crashy") == 0
     assert await transport.depth("error") == 0
