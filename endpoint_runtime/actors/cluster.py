@@ -11,6 +11,12 @@ import structlog
 log = structlog.get_logger("endpoint_runtime.cluster")
 
 WORKER_NICENESS = 0
+LOCAL_RAY_CONFIG = {
+    "worker_niceness": WORKER_NICENESS,
+    # Endpoints run actors only: no idle task workers kept warm beside them, taking CPU.
+    "enable_worker_prestart": False,
+    "prestart_worker_first_driver": False,
+}
 
 
 def ensure_ray() -> None:
@@ -20,7 +26,8 @@ def ensure_ray() -> None:
     tree (not only installed packages) can be imported by receivers. They also run at normal
     priority: Ray's default worker niceness (15) would starve receivers whenever PostgreSQL or
     anything else on the machine wants the CPU. On a cluster this is the cluster's setting
-    (``RAY_worker_niceness=0`` in the environment of ``ray start``, as Ray Jobs does).
+    (``RAY_worker_niceness=0`` in the environment of ``ray start``, as Ray Jobs does). No idle
+    task workers are prestarted: endpoints use actors only.
     """
     if ray.is_initialized():
         return
@@ -37,6 +44,6 @@ def ensure_ray() -> None:
         log_to_driver=True,
         runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}},
         configure_logging=False,
-        _system_config={"worker_niceness": WORKER_NICENESS},
+        _system_config=LOCAL_RAY_CONFIG,
     )
     log.info("ray_started", resources=ray.cluster_resources())  # type: ignore[no-untyped-call]
