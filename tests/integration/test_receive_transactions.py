@@ -185,3 +185,19 @@ async def test_send_statement_needs_a_connection_that_tracks_its_statements(
     assert isinstance(received, TransportMessage)
     assert received.headers == message.headers
     assert received.body == message.body
+
+
+async def test_a_send_with_time_to_be_received_sets_expires_through_the_statement(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport)
+    await transport.send("ledger_in", create_outgoing(Job(5, "expiring")))
+
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
+        await strategy.slot_ended(connection)
+
+    left = await transport.pool.fetchval(
+        "SELECT extract(epoch FROM expires - (now() AT TIME ZONE 'UTC')) "
+        'FROM "public"."ledger_out"')
+    assert 85 < left <= 90.5

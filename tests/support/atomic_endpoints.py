@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
@@ -10,6 +12,7 @@ from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
 class Job(msgspec.Struct):
     n: int
     action: str = "send"  # send | savepoint | deferred_violation | missing_queue | large_first
+    # | expiring
     size: int = 0
 
 
@@ -38,6 +41,10 @@ async def work(message: Job, context: HandlerContext) -> None:
         await connection.execute("INSERT INTO ledger_children (parent) VALUES ($1)", message.n)
     elif message.action == "missing_queue":
         await context.send(Done(message.n), destination="nowhere")
+        return
+    elif message.action == "expiring":
+        await context.send(Done(message.n), destination="ledger_out",
+                           time_to_be_received=timedelta(seconds=90.5))
         return
     elif message.action == "large_first":
         await context.send(Done(message.n, "x" * message.size), destination="ledger_out")
