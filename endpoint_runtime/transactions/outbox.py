@@ -90,14 +90,21 @@ class OutboxStrategy:
             business = None
         if business is None:
             business = self._business[id(connection)] = await self._pool.acquire()
-            # The receive transaction (dispatch + mark) may commit without waiting for its WAL
-            # flush: if a crash loses it, it is lost whole, the message comes back, finds its
-            # record undispatched and is dispatched then. The business transaction, on the
-            # other connection, stays synchronous. Reset when the slot returns the connection.
-            await connection.execute("SET synchronous_commit = off")
         return business
 
+    async def _prepare_slot(self, connection: asyncpg.Connection) -> None:
+        """Once per receive slot, before its first transaction: the receive transaction
+        (dispatch + mark) may commit without waiting for its WAL flush. If a crash loses it,
+        it is lost whole: the message comes back, finds its record undispatched and is
+        dispatched then. The business transaction, on the other connection, stays
+        synchronous. RESET when the slot returns the connection to the pool."""
+        if not connection.is_in_transaction():
+            await connection.execute("SET synchronous_commit = off")
+            await self._business_connection(connection)
+
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
+        if id(connection) not in self._business:
+            await self._prepare_slot(connection)
         return await receive_in_transaction(self._pipeline, connection, self._handle,
                                             receive=self._receive)
 

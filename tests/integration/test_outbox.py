@@ -229,3 +229,16 @@ async def test_the_receive_says_whether_the_message_id_is_recorded(
 
     by_id = {key: value[1] if value else None for key, value in found.items()}
     assert by_id == {known: True, fresh: False, odd: None}  # odd: JSON-escaped in the headers
+
+
+async def test_only_the_receive_transaction_commits_without_waiting_for_the_flush(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport, optimistic_endpoint)
+    await send_duplicates(transport, "payments", 1)
+    async with transport.pool.acquire() as connection:
+        assert (await strategy.receive_round(connection)).handled == 1
+        business = strategy._business[id(connection)]
+        assert await connection.fetchval("SHOW synchronous_commit") == "off"
+        assert await business.fetchval("SHOW synchronous_commit") == "on"
+        await strategy.slot_ended(connection)
