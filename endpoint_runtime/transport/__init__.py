@@ -7,6 +7,9 @@ Modules, in the order a message meets them:
 - ``sending``: INSERT one or many messages
 - ``receiving``: DELETE the lowest unlocked seq (one or a batch), peek, re-insert
 - ``statements`` and ``sql/*.sql``: the SQL text, one named block per statement
+- ``connection`` and ``literals``: statements prepared once per session and run as
+  ``EXECUTE`` with literal values, so that they travel with BEGIN/COMMIT in one round trip
+- ``listening``: LISTEN connections that come back after a lost connection
 
 :class:`PostgresTransport` ties them to a connection pool for code that does not manage
 connections itself (CLI, scripts, the outside sender).
