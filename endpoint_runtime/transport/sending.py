@@ -1,4 +1,4 @@
-"""Send: one INSERT per message, or one round trip for many."""
+"""Send: one INSERT per message, one round trip for many, or an EXECUTE to go with a COMMIT."""
 
 from __future__ import annotations
 
