@@ -84,6 +84,7 @@ class Receiver:
         self._throttled = False
         self._critical_error: str | None = None
         self._endpoint: Endpoint | None = None
+        self._throttling_enabled = bool(config.settings.throttle_after_failures)
         self._receive_breaker = self._breaker("receive")
         self._processing_breaker = self._breaker("processing")
 
@@ -256,7 +257,8 @@ class Receiver:
                     return
                 if result.handled:
                     self._processing_breaker.success()
-                await self._throttle(result)
+                if self._throttling_enabled:  # a call less per message when it is off
+                    await self._throttle(result)
                 successes += 1
                 if successes >= GROW_AFTER_SUCCESSES:
                     successes = 0
