@@ -67,25 +67,32 @@ async def load_backlog(
     return time.perf_counter()
 
 
+LAST_SINK_SEQ = "SELECT coalesce(pg_sequence_last_value(pg_get_serial_sequence($1, 'seq')), 0)"
+
+
 async def sink_baseline(pool: asyncpg.Pool) -> int:
     """The sink's last seq before a side starts: rows it then receives have higher ones."""
-    last: int | None = await pool.fetchval(
-        "SELECT pg_sequence_last_value(pg_get_serial_sequence($1, 'seq'))", SINK_ADDRESS.qualified
-    )
-    return last or 0
+    last: int = await pool.fetchval(LAST_SINK_SEQ, SINK_ADDRESS.qualified)
+    return last
 
 
 async def wait_for_sink(
     pool: asyncpg.Pool, baseline: int, expected: int, limit_s: float = 600.0
 ) -> float:
-    """Wait until the sink holds ``expected`` rows. The poll reads the highest seq through its
-    index (it costs the same at any depth, so the side being measured is not slowed down by a
-    growing count); only when enough rows could be there does an exact count confirm it."""
+    """Wait until the sink holds ``expected`` rows.
+
+    The poll reads the sink's sequence, not the table: every insert takes the next seq, so the
+    sink cannot hold ``expected`` new rows before ``expected`` numbers past the baseline are
+    taken. Reading a sequence costs the same at any depth. (An aggregate over the sink, even
+    ``max(seq)``, is planned while the freshly vacuumed table is empty: a sequential scan that
+    grows with the run and slows the side being measured, and a slow side more than a fast
+    one.) Only when enough numbers are taken does an exact count confirm that the inserts
+    have committed.
+    """
     deadline = time.perf_counter() + limit_s
-    highest = f"SELECT coalesce(max(seq), 0) FROM {SINK_ADDRESS.qualified}"
     while True:
-        if (await pool.fetchval(highest) - baseline >= expected
-                and await queues.depth(pool, SINK_ADDRESS) >= expected):
+        taken = await pool.fetchval(LAST_SINK_SEQ, SINK_ADDRESS.qualified) - baseline
+        if taken >= expected and await queues.depth(pool, SINK_ADDRESS) >= expected:
             return time.perf_counter()
         if time.perf_counter() > deadline:
             count = await queues.depth(pool, SINK_ADDRESS)
@@ -147,10 +154,11 @@ async def measure_latency(
 ) -> list[float]:
     """Send one message at a time to an idle endpoint; latency = handler start - send."""
     await queues.purge(pool, SINK_ADDRESS)
+    baseline = await sink_baseline(pool)
     for i in range(samples):
         await sending.send(pool, queue, create_outgoing(Work(i, time.time())))
         await asyncio.sleep(gap_s)
-    await wait_for_sink(pool, 0, samples)
+    await wait_for_sink(pool, baseline, samples)
     rows = await pool.fetch(f"SELECT body FROM {SINK_ADDRESS.qualified}")
     decoder = msgspec.json.Decoder(Echo)
     return [(e.started_at - e.sent_at) * 1000 for e in (decoder.decode(r["body"]) for r in rows)]
