@@ -57,12 +57,19 @@ VALUES ($1, false, $2, $3::jsonb);
 -- Pessimistic: fill in the placeholder record, just before COMMIT.
 UPDATE {table} SET operations = $2::jsonb WHERE message_id = $1;
 
+-- Statements that find one record say "dispatched IS NOT TRUE", never "NOT dispatched": the
+-- planner matches "NOT dispatched" to the index on dispatched, and with statistics that say
+-- nearly every record is dispatched it prefers that index to the primary key. Every mark then
+-- walks all undispatched entries, and the dead ones that no vacuum has removed yet (while any
+-- snapshot is older, that is all of them). "IS NOT TRUE" (the same, dispatched being NOT NULL)
+-- matches no index, so the record is found through its message id.
+
 -- take_for_dispatch --
 -- Marks the record dispatched and returns the operations it held, in one round trip. The row
 -- lock serializes dispatchers of one message id: the second finds it dispatched, gets no row.
 WITH previous AS (
     SELECT message_id, operations FROM {table}
-    WHERE message_id = $1 AND NOT dispatched
+    WHERE message_id = $1 AND dispatched IS NOT TRUE
     FOR UPDATE
 )
 UPDATE {table} AS record
@@ -76,7 +83,7 @@ RETURNING previous.operations::text AS operations;
 -- insert its operations into their one destination queue ({queue}).
 WITH marked AS (
     UPDATE {table} SET dispatched = true, dispatched_at = now(), operations = NULL
-    WHERE message_id = $1 AND NOT dispatched
+    WHERE message_id = $1 AND dispatched IS NOT TRUE
     RETURNING 1
 )
 INSERT INTO {queue} (id, expires, headers, body)
