@@ -107,7 +107,7 @@ class OutboxStorage:
         """The receive of ``queue`` that also says whether the message id is recorded."""
         statement = self._receive_statements.get(queue)
         if statement is None:
-            receive = statements.for_queue(queue)["receive"].strip().rstrip(";")
+            receive = statements.for_queue(queue)["receive_past"].strip().rstrip(";")
             statement = self.sql["receive_and_look_up"].replace("{receive}", receive)
             self._receive_statements[queue] = statement
         return statement

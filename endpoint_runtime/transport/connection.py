@@ -17,11 +17,14 @@ import asyncpg
 
 
 class QueueConnection(asyncpg.Connection):  # type: ignore[misc]
-    __slots__ = ("sql_prepared",)
+    """Also keeps, per queue, where its receives start (``receiving.ReceivePosition``)."""
+
+    __slots__ = ("receive_positions", "sql_prepared")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sql_prepared: set[str] = set()
+        self.receive_positions: dict[Any, Any] = {}
 
 
 async def prepared_name(

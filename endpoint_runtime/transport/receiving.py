@@ -6,6 +6,7 @@ mode decides whether the DELETE commits before, with, or without the handler's w
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +18,46 @@ from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
 
 Received = TransportMessage | PoisonMessage
+FULL_SCAN_INTERVAL = 1.0  # seconds: how often a connection's receive scans from the start
+
+
+class ReceivePosition:
+    """Where one connection's receives of one queue start: past the seq it took last, minus
+    one, so that a message it took and rolled back is found again first. Other connections'
+    rolled-back messages and late commits below it are found by the scan from the start,
+    which the statement falls back to when nothing lies past the position, and which runs at
+    least every ``FULL_SCAN_INTERVAL`` seconds."""
+
+    __slots__ = ("floor", "full_scan_due")
+
+    def __init__(self) -> None:
+        self.floor = 0
+        self.full_scan_due = 0.0
+
+    def start(self) -> int:
+        now = time.monotonic()
+        if now >= self.full_scan_due:
+            self.full_scan_due = now + FULL_SCAN_INTERVAL
+            return 0
+        return self.floor
+
+    def taken(self, seq: int | None) -> None:
+        self.floor = 0 if seq is None else seq - 1
+
+
+def receive_position(
+    connection: asyncpg.Connection, address: QueueAddress
+) -> ReceivePosition | None:
+    """The connection's position in ``address``; ``None`` on a connection that keeps none (it
+    is no ``transport.connection.QueueConnection``): its receives scan from the start."""
+    positions: dict[QueueAddress, ReceivePosition] | None = getattr(
+        connection, "receive_positions", None)
+    if positions is None:
+        return None
+    position = positions.get(address)
+    if position is None:
+        position = positions[address] = ReceivePosition()
+    return position
 
 
 def to_message(row: Any) -> Received:
@@ -46,19 +87,26 @@ async def receive(connection: asyncpg.Connection, address: QueueAddress) -> Rece
     """Take the lowest-seq unlocked message; ``None`` when none is left.
 
     Expired rows are deleted (in the caller's transaction) and skipped, never returned.
+    The scan starts past the connection's last taken seq (see ``receive_past`` in
+    ``queue.sql``), so a message that becomes visible below it, e.g. one whose sender
+    committed late, waits at most ``FULL_SCAN_INTERVAL`` under load.
     """
-    row = await receive_row(connection, address, statements.for_queue(address)["receive"])
+    row = await receive_row(connection, address, statements.for_queue(address)["receive_past"])
     return None if row is None else to_message(row)
 
 
 async def receive_row(connection: asyncpg.Connection, address: QueueAddress, statement: str) -> Any:
-    """:func:`receive` with another statement that returns the receive's columns (and maybe
-    more): the row, for the caller to turn into a message with :func:`to_message`."""
+    """:func:`receive` with another statement that takes the receive's one parameter (the
+    seq to start past) and returns its columns (and maybe more): the row, for the caller to
+    turn into a message with :func:`to_message`."""
+    position = receive_position(connection, address)
     while True:
         try:
-            row = await connection.fetchrow(statement)
+            row = await connection.fetchrow(statement, position.start() if position else 0)
         except asyncpg.UndefinedTableError as exc:
             raise QueueNotFoundError(str(address)) from exc
+        if position is not None:
+            position.taken(None if row is None else row["seq"])
         if row is None or not row["expired"]:
             return row
 

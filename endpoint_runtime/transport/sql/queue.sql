@@ -64,10 +64,30 @@ FROM unnest($1::uuid[], $2::float8[], $3::text[], $4::bytea[])
 ORDER BY m.n;
 
 -- receive --
--- The sub-select takes the lowest unlocked seq; "WHERE seq = (...)" (not DELETE ... USING)
--- so that LIMIT with SKIP LOCKED can never delete more than one row.
+-- The plain receive, as a hand-written loop would make it (the benchmarks' baseline): the
+-- sub-select takes the lowest unlocked seq; "WHERE seq = (...)" (not DELETE ... USING) so
+-- that LIMIT with SKIP LOCKED can never delete more than one row.
 DELETE FROM {queue}
 WHERE seq = (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id, seq, expires, headers, body,
+          expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC') AS expired;
+
+-- receive_past --
+-- The receive the runtime uses: the lowest unlocked seq above $1 (the connection's last taken
+-- seq minus one), else the lowest unlocked seq at all. Deleted rows leave dead index entries
+-- at the head of the queue until vacuum removes them, and while any transaction older than
+-- the deletes runs (a slow handler, a report, a backup) no scan may mark them as dead: a scan
+-- from the start then steps over every row deleted since. Starting past the connection's own
+-- position skips them. The second sub-select runs only when the first finds nothing
+-- (COALESCE; sub-selects are evaluated when first needed); $1 = 0 scans from the start.
+-- (transport.receiving decides $1, and scans from the start at least once a second.)
+DELETE FROM {queue}
+WHERE seq = coalesce(
+    CASE WHEN $1::bigint > 0 THEN
+        (SELECT seq FROM {queue} WHERE seq > $1::bigint ORDER BY seq LIMIT 1
+         FOR UPDATE SKIP LOCKED)
+    END,
+    (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED))
 RETURNING id, seq, expires, headers, body,
           expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC') AS expired;
 
