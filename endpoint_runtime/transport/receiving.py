@@ -114,11 +114,17 @@ async def receive_row(connection: asyncpg.Connection, address: QueueAddress, sta
 async def receive_batch(
     connection: asyncpg.Connection, address: QueueAddress, limit: int
 ) -> list[Received]:
-    """Take up to ``limit`` unlocked messages in seq order (expired ones deleted, skipped)."""
+    """Take up to ``limit`` unlocked messages in seq order (expired ones deleted, skipped),
+    starting past the connection's position as :func:`receive` does. The position becomes
+    the lowest seq taken minus one: a batch that rolls back is found again whole."""
+    position = receive_position(connection, address)
     try:
-        rows = await connection.fetch(statements.for_queue(address)["receive_batch"], limit)
+        rows = await connection.fetch(statements.for_queue(address)["receive_batch"], limit,
+                                      position.start() if position else 0)
     except asyncpg.UndefinedTableError as exc:
         raise QueueNotFoundError(str(address)) from exc
+    if position is not None:
+        position.taken(rows[0]["seq"] if rows else None)
     return [to_message(row) for row in rows if not row["expired"]]
 
 

@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 
 import asyncpg
+import pytest
 
 from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
@@ -71,8 +72,16 @@ async def rolled_back_below_the_position(
         yield receiver, address, held, taken
 
 
+def receive_some(connection: asyncpg.Connection, address: QueueAddress,
+                 batch: int) -> Awaitable[object]:
+    if batch == 1:
+        return receiving.receive(connection, address)
+    return receiving.receive_batch(connection, address, batch)
+
+
+@pytest.mark.parametrize("batch", [1, 10])
 async def test_a_receive_does_not_step_over_rows_deleted_under_an_old_snapshot(
-    transport: PostgresTransport,
+    transport: PostgresTransport, batch: int,
 ) -> None:
     address = await transport.create_queue("busy")
     await transport.send_many(address, [create_outgoing(OrderPlaced(i)) for i in range(300)])
@@ -81,18 +90,21 @@ async def test_a_receive_does_not_step_over_rows_deleted_under_an_old_snapshot(
         # stay in the index for every scan, until it ends.
         await reporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         await reporter.fetchval(f"SELECT count(*) FROM {address.qualified}")
-        for _ in range(TAKEN):
-            await take(receiver, address)
+        for _ in range(TAKEN // batch):
+            async with receiver.transaction():
+                await receive_some(receiver, address, batch)
 
         hold_off_full_scan(receiver, address)
-        from_position = await entries_read(
-            receiver, address, receiving.receive(receiver, address))
+        from_position = await entries_read(receiver, address,
+                                           receive_some(receiver, address, batch))
         plain = statements.for_queue(address)["receive"]
         from_start = await entries_read(receiver, address, receiver.fetchrow(plain))
         await reporter.execute("ROLLBACK")
 
     assert from_start > TAKEN  # the dead entries are there for a scan from the start
-    assert from_position <= 3
+    # From the position: the last batch taken (the position is at its first seq), the batch
+    # taken now, and the DELETE finding each of those by seq.
+    assert from_position <= 3 * batch
 
 
 async def test_a_message_rolled_back_below_the_position_is_received_within_a_second(
@@ -127,19 +139,27 @@ async def test_with_nothing_past_its_position_a_receive_scans_from_the_start(
             assert await receiving.receive(receiver, address) is None
 
 
-async def test_a_connection_finds_its_own_rolled_back_message_again_first(
-    transport: PostgresTransport,
+@pytest.mark.parametrize("batch", [1, 3])
+async def test_a_connection_finds_its_own_rolled_back_messages_again_first(
+    transport: PostgresTransport, batch: int,
 ) -> None:
     address = await transport.create_queue("own_rollback")
-    await transport.send_many(address, [create_outgoing(OrderPlaced(i)) for i in range(5)])
+    await transport.send_many(address, [create_outgoing(OrderPlaced(i)) for i in range(9)])
     async with transport.pool.acquire() as receiver:
         first = await take(receiver, address)
+
+        async def seqs() -> list[int]:
+            received = await receive_some(receiver, address, batch)
+            messages = received if isinstance(received, list) else [received]
+            return [m.seq for m in messages if isinstance(m, TransportMessage)]
+
         transaction = receiver.transaction()
         await transaction.start()
-        failed = await receiving.receive(receiver, address)  # a handler fails: rolled back
+        failed = await seqs()  # a handler fails: rolled back
         await transaction.rollback()
-        assert isinstance(failed, TransportMessage)
-        assert failed.seq > first
-        # Not a scan from the start (that would find it whatever the position).
+        assert len(failed) == batch
+        assert min(failed) > first
+        # Not a scan from the start (that would find them whatever the position).
         hold_off_full_scan(receiver, address)
-        assert await take(receiver, address) == failed.seq
+        async with receiver.transaction():
+            assert await seqs() == failed

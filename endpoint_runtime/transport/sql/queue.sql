@@ -92,10 +92,16 @@ RETURNING id, seq, expires, headers, body,
           expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC') AS expired;
 
 -- receive_batch --
--- Up to $1 rows of the lowest unlocked seqs, in seq order.
+-- Up to $1 rows of the lowest unlocked seqs above $2, in seq order; as receive_past, the scan
+-- from the start runs only when nothing lies past $2 (or $2 = 0).
 WITH taken AS (
     DELETE FROM {queue}
-    WHERE seq = ANY (ARRAY(SELECT seq FROM {queue} ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED))
+    WHERE seq = ANY (coalesce(
+        CASE WHEN $2::bigint > 0 THEN
+            nullif(ARRAY(SELECT seq FROM {queue} WHERE seq > $2::bigint ORDER BY seq LIMIT $1
+                         FOR UPDATE SKIP LOCKED), '{{}}')
+        END,
+        ARRAY(SELECT seq FROM {queue} ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)))
     RETURNING id, seq, expires, headers, body,
               expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC') AS expired
 )
