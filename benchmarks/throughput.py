@@ -14,7 +14,9 @@ Per run, the same backlog of N messages is drained three ways, at the same concu
 Each side first drains one uncounted warm-up backlog (``--warmup``). Before each run the side's
 queues are vacuumed; the backlog becomes visible in one commit, and a side's time runs from that
 commit until the sink holds N messages. Idle latency (send -> handler start) is measured on the
-idle atomic deployment with messages sent one at a time.
+idle atomic deployment with messages sent one at a time. ``--hold-snapshot`` keeps a
+REPEATABLE READ transaction open on another connection while each side runs (a long report or
+a backup): the rows a side deletes then stay in the queue's index for every scan.
 Run ``python -m benchmarks.throughput --help``.
 """
 
@@ -22,8 +24,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import platform
 import time
+from collections.abc import AsyncIterator
+from contextlib import nullcontext
 from typing import Any
 
 import asyncpg
@@ -164,6 +169,19 @@ async def measure_latency(
     return [(e.started_at - e.sent_at) * 1000 for e in (decoder.decode(r["body"]) for r in rows)]
 
 
+@contextlib.asynccontextmanager
+async def held_snapshot(dsn: str) -> AsyncIterator[None]:
+    """A transaction that keeps its snapshot while a side runs, as a long report or a backup
+    would: no row the side deletes may be vacuumed or skipped by index scans meanwhile."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        await connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        await connection.fetchval("SELECT count(*) FROM bench_business")
+        yield
+    finally:
+        await connection.close()
+
+
 async def deploy(path: str, dsn: str, concurrency: int, **overrides: Any) -> EndpointDeployment:
     return await EndpointDeployment.start(
         path,
@@ -210,10 +228,11 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     "bench_outbox",
                 )
             async def run_side(side: str, messages: int) -> float:
-                if side == "raw":
-                    return await run_raw(pool, dsn, messages, args.concurrency)
-                deployment, queue = deployed[side]
-                return await run_deployed(pool, deployment, QueueAddress(queue), messages)
+                async with held_snapshot(dsn) if args.hold_snapshot else nullcontext():
+                    if side == "raw":
+                        return await run_raw(pool, dsn, messages, args.concurrency)
+                    deployment, queue = deployed[side]
+                    return await run_deployed(pool, deployment, QueueAddress(queue), messages)
 
             try:
                 for side in sides if args.warmup else ():
@@ -263,6 +282,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "concurrency": args.concurrency,
         "batch_size": args.batch_size,
         "warmup_messages": args.warmup,
+        "hold_snapshot": args.hold_snapshot,
         "per_run": {k: [round(v, 1) for v in vs] for k, vs in results.items()},
         "postgres": version,
         "server": redact_dsn(server),
@@ -285,6 +305,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--latency-samples", type=int, help="messages for idle latency")
     parser.add_argument("--mode", choices=("standard", "outbox"), default="standard",
                         help="outbox: also compare the outbox with atomic mode")
+    parser.add_argument("--hold-snapshot", action="store_true",
+                        help="keep a REPEATABLE READ transaction open while each side runs")
     parser.add_argument("--dsn", help="PostgreSQL server (default: ENDPOINT_RUNTIME_DSN/embedded)")
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else FULL
