@@ -8,6 +8,7 @@ of the commands; ``quiet_logging`` keeps the test session's own logging configur
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 import msgspec
@@ -40,9 +41,17 @@ def quiet_logging(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(endpoint_runtime.cli, "configure_logging", lambda level: None)
 
 
+# A line Ray forwards from a worker process: "(Peeker pid=42) ...", maybe coloured. Actors
+# of a deployment that an earlier test stopped may still have lines on their way to this
+# process's stderr; they are not the command's output.
+RAY_FORWARDED = re.compile(r"^(\x1b\[[0-9;]*m)?\((\w+ )?pid=\d+[^)]*\)")
+
+
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Outcome:
     """Run ``endpoint-runtime ARGV...`` in-process; earlier captured output is dropped."""
     capsys.readouterr()
     code = main(list(argv))
     out, err = capsys.readouterr()
+    err = "".join(line for line in err.splitlines(keepends=True)
+                  if not RAY_FORWARDED.match(line))
     return Outcome(code, out, err)
