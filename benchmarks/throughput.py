@@ -264,6 +264,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "outbox_msgs_per_s": round(outbox, 1),
             "atomic_business_msgs_per_s": round(business, 1),
             "outbox_ratio": round(outbox / business, 3),
+            "outbox_ratio_paired_median": round(median(
+                [o / b for o, b in zip(results["outbox"], results["atomic_business"],
+                                       strict=True)]), 3),
         }
     paired = sorted(o / r for o, r in zip(results["ours"], results["raw"], strict=True))
     return {
