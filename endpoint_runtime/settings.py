@@ -204,6 +204,9 @@ class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True):
         cleanup_interval: seconds between cleanup rounds (default 60).
         cleanup_batch_size: records deleted per statement (default 4000).
         cleanup_enabled: run the cleaner in each deployment.
+        acks_per_commit: handled messages whose receive transactions commit as one (see
+            ``transactions.ack_group``; 1: each commits alone). A failure rolls back the acks
+            of the others, and those messages come again only to be dispatched.
     """
 
     pessimistic: bool = False
@@ -213,6 +216,7 @@ class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True):
     cleanup_interval: float = 60.0
     cleanup_batch_size: int = 4_000
     cleanup_enabled: bool = True
+    acks_per_commit: int = 8
 
     def __post_init__(self) -> None:
         if self.isolation not in ("read_committed", "repeatable_read", "serializable"):
@@ -223,6 +227,8 @@ class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigurationError("outbox cleanup needs a positive batch size and interval")
         if self.keep_deduplication_data_for < 0:
             raise ConfigurationError("keep_deduplication_data_for cannot be negative")
+        if not 1 <= self.acks_per_commit <= 1000:
+            raise ConfigurationError("outbox acks_per_commit must be between 1 and 1000")
 
 
 def _default_concurrency() -> int:

@@ -7,11 +7,18 @@ Per message, on the receive connection (A) and a business connection (B):
    concurrent duplicate blocks]; run the handlers with ``context.connection`` = B, collecting
    every outgoing operation; store the record with its operations; COMMIT B. An optimistic
    duplicate that loses on the primary key rolls back its business work here.
-3. A: lock the record (FOR UPDATE); unless already dispatched, insert its operations into their
-   queues (delayed ones into the store) and mark it dispatched; COMMIT A.
+3. Dispatch, outside the business transaction: in the same round trip as B's COMMIT, a second
+   transaction on B inserts the operations into their one queue and marks the record dispatched.
+   Operations for several queues, delayed ones, large ones, a recorded message id (a
+   duplicate), or a dispatch that failed after the business commit: on A instead, where the
+   record is locked (FOR UPDATE) and, unless already dispatched, its operations inserted and
+   the record marked.
+4. A: COMMIT (the ack), usually together with the acks of the next messages
+   (``transactions.ack_group``, setting ``acks_per_commit``).
 
-Because the queues live in the same database, step 3 dispatches each record exactly once; if
-the process dies between 2 and 3, the redelivered message finds its record and only step 3 runs.
+The mark and the inserts commit together, so each record is dispatched exactly once; if the
+process dies between 2 and 3, the redelivered message finds its record and only step 3 runs; if
+it dies between 3 and 4, the redelivered message finds its record dispatched and is only acked.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from endpoint_runtime.outbox import (
 )
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.settings import OutboxSettings
+from endpoint_runtime.transactions.ack_group import AckGroup
 from endpoint_runtime.transactions.base import BufferedDispatcher, Round, as_delayed
 from endpoint_runtime.transactions.single import end_carried_transaction, receive_in_transaction
 from endpoint_runtime.transport import receiving, sending
@@ -52,6 +60,7 @@ from endpoint_runtime.transport.sending import STATEMENT_SIZE_LIMIT, row_id
 
 log = structlog.get_logger("endpoint_runtime.outbox")
 DISPATCH_PARAMETER_TYPES = "text, uuid[], float8[], text[], bytea[]"
+DISPATCH_LOCK_TIMEOUT = "5s"  # a dispatch on B waits no longer for a lock (see ack_group)
 
 
 def _array(literals: Iterable[str]) -> str:
@@ -74,8 +83,12 @@ class OutboxStrategy:
         self._business: dict[int, asyncpg.Connection] = {}
         # What the receive on a connection found out: (row id, message id recorded?).
         self._recorded: dict[int, tuple[uuid.UUID, bool]] = {}
+        self._groups: dict[int, AckGroup] = {}
 
     async def slot_ended(self, connection: asyncpg.Connection) -> None:
+        group = self._groups.pop(id(connection), None)
+        if group is not None and group.open:
+            await _commit_acks(connection, group)
         await end_carried_transaction(connection)
         self._recorded.pop(id(connection), None)
         business = self._business.pop(id(connection), None)
@@ -105,8 +118,15 @@ class OutboxStrategy:
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         if id(connection) not in self._business:
             await self._prepare_slot(connection)
+        self._group(connection).begin_round()
         return await receive_in_transaction(self._pipeline, connection, self._handle,
                                             receive=self._receive)
+
+    def _group(self, connection: asyncpg.Connection) -> AckGroup:
+        group = self._groups.get(id(connection))
+        if group is None:
+            group = self._groups[id(connection)] = AckGroup(self._settings.acks_per_commit)
+        return group
 
     async def _receive(
         self, connection: asyncpg.Connection, address: QueueAddress
@@ -119,31 +139,41 @@ class OutboxStrategy:
         statement = self._storage.receive_and_look_up(address)
         row = await receiving.receive_row(connection, address, statement)
         if row is None:
+            self._group(connection).committed()  # nothing to receive: the caller commits
             return None
         message = receiving.to_message(row)
         if isinstance(message, TransportMessage) and row["looked_up_id"] == message.message_id:
             self._recorded[id(connection)] = (message.native_id, row["recorded"])
         return message
 
-    async def _handle(self, connection: asyncpg.Connection, message: TransportMessage) -> str:
-        """Business transaction (unless the id is recorded), then dispatch in the receive's."""
+    async def _handle(
+        self, connection: asyncpg.Connection, message: TransportMessage
+    ) -> str | None:
+        """Business transaction (unless the id is recorded) and, with its commit, the dispatch;
+        else the dispatch in the receive transaction. ``None``: the ack waits in the group."""
         business = await self._business_connection(connection)
         looked_up = self._recorded.pop(id(connection), None)
         recorded = looked_up[1] if looked_up and looked_up[0] == message.native_id else None
-        operations = await self._run_handlers(message, business, recorded)
-        if operations is not None and self._dispatch_in_one_statement(operations):
-            return await self._dispatch_fresh(connection, message.message_id, operations)
-        await self._dispatch(connection, message.message_id)
+        dispatched = await self._run_handlers(message, business, recorded)
+        group = self._group(connection)
+        if dispatched and group.can_defer():
+            group.defer()
+            return None
+        group.committed()
+        if not dispatched:
+            await self._dispatch(connection, message.message_id)
         return ""
 
     async def _run_handlers(
         self, message: TransportMessage, business: asyncpg.Connection, recorded: bool | None
-    ) -> list[TransportOperation] | None:
-        """The business transaction: handlers and the outbox record commit together.
+    ) -> bool:
+        """The business transaction: handlers and the outbox record commit together; then,
+        in the same round trip, the dispatch when it can go there.
 
         ``recorded`` is what the receive found out about the message id (``None``: nothing).
-        Returns the operations the handlers produced, or ``None`` when the message id was
-        already recorded (a duplicate: the handlers did not run, or their work rolled back).
+        Returns whether the operations were dispatched: ``False`` when they are still to be
+        (by the receive transaction), and when the message id was already recorded (a
+        duplicate: the handlers did not run, or their work rolled back).
 
         Optimistic mode chains transactions as the receive does: the COMMIT goes with the
         next BEGIN, so the next message's business work starts without a round trip.
@@ -165,10 +195,8 @@ class OutboxStrategy:
                     await business.execute(begin)
             if duplicate:  # recorded by an earlier delivery
                 await _rollback(business)
-                self.duplicates += 1
-                log.info("outbox_duplicate", concurrency="pessimistic" if pessimistic
-                         else "optimistic")
-                return None
+                self._count_duplicate("pessimistic" if pessimistic else "optimistic")
+                return False
             collected = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
             context = HandlerContext(
                 message=message, endpoint=self._pipeline.endpoint,
@@ -179,53 +207,83 @@ class OutboxStrategy:
             await self._pipeline.handle(message, context)
             operations = [operation_of(a, m) for a, m in collected.pending]
             operations += [delayed_operation_of(d) for d in collected.pending_delayed]
+            dispatch = await self._dispatch_statement(business, message_id, operations)
+            then = "COMMIT" if dispatch is None else f"COMMIT; {dispatch}"
             try:
                 await self._storage.record_and_commit(
                     business, message_id, encode_operations(operations), pessimistic=pessimistic,
-                    then="COMMIT" if pessimistic else f"COMMIT; {begin}",
+                    then=then if pessimistic else f"{then}; {begin}",
                 )
-            except asyncpg.UniqueViolationError:
+            except asyncpg.UniqueViolationError as exc:
+                if exc.table_name != self._storage.table.table:
+                    raise
                 # An optimistic duplicate lost the race: its business work rolls back.
                 await _rollback(business)
-                self.duplicates += 1
-                log.info("outbox_duplicate", concurrency="optimistic")
-                return None
-            return operations
-        except BaseException:
+                self._count_duplicate("optimistic")
+                return False
+            return dispatch is not None
+        except BaseException as exc:
             await _rollback(business)
+            if isinstance(exc, Exception) and await self._committed(business, message_id):
+                # The business transaction committed, its dispatch failed: A dispatches.
+                log.warning("outbox_dispatch_after_commit_failed",
+                            error=f"{type(exc).__name__}: {exc}")
+                return False
             raise
+
+    def _count_duplicate(self, concurrency: str) -> None:
+        self.duplicates += 1
+        log.info("outbox_duplicate", concurrency=concurrency)
+
+    async def _committed(self, business: asyncpg.Connection, message_id: str) -> bool:
+        """After a failure: whether the record of ``message_id`` is committed (so the
+        business transaction did commit). ``False`` when that cannot be told."""
+        if business.is_closed():
+            return False
+        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+            return await self._storage.look_up(business, message_id, begin=None)
+        return False
 
     @staticmethod
     def _dispatch_in_one_statement(operations: list[TransportOperation]) -> bool:
         return (bool(operations) and all(o.due is None for o in operations)
                 and len({o.destination for o in operations}) == 1)
 
-    async def _dispatch_fresh(
-        self, connection: asyncpg.Connection, message_id: str,
+    async def _dispatch_statement(
+        self, business: asyncpg.Connection, message_id: str,
         operations: list[TransportOperation],
-    ) -> str:
-        """Mark and dispatch in one statement, from the operations this delivery produced.
-        Returned as an ``EXECUTE`` to send with the COMMIT when the connection can take it
-        (see ``transport.connection``); otherwise run now, and nothing is returned."""
-        destination = parse_address(operations[0].destination,
-                                    self._pipeline.local_address.schema)
-        statement = self._storage.dispatch_and_mark(destination)
+    ) -> str | None:
+        """The dispatch as its own transaction, to run on B right after the business COMMIT in
+        the same simple query: the operations into their one queue and the record marked, in
+        one prepared statement with literal values. It commits without waiting for its WAL
+        flush (lost in a crash, it is lost with every later ack: the message comes back and
+        is dispatched then). ``None`` when it cannot go that way (several queues, delayed
+        operations, large messages, a connection that tracks no prepared statements)."""
+        if not self._dispatch_in_one_statement(operations):
+            return None
         ids = [row_id(o.message_id) for o in operations]
         ttbrs = [o.time_to_be_received for o in operations]
         headers = [encode_headers(o.headers) for o in operations]
         bodies = [o.body for o in operations]
-        name = None
-        if sum(map(len, headers)) + sum(map(len, bodies)) <= STATEMENT_SIZE_LIMIT:
-            name = await prepared_name(connection, statement, DISPATCH_PARAMETER_TYPES)
+        if sum(map(len, headers)) + sum(map(len, bodies)) > STATEMENT_SIZE_LIMIT:
+            return None
+        destination = parse_address(operations[0].destination,
+                                    self._pipeline.local_address.schema)
+        try:
+            name = await prepared_name(business, self._storage.dispatch_and_mark(destination),
+                                       DISPATCH_PARAMETER_TYPES)
+        except asyncpg.UndefinedTableError:
+            return None  # the destination is missing: A's dispatch fails the message
         if name is None:
-            await connection.execute(statement, message_id, ids, ttbrs, headers, bodies)
-            return ""
+            return None
         return (
+            "BEGIN; SET LOCAL synchronous_commit = off; "
+            f"SET LOCAL lock_timeout = '{DISPATCH_LOCK_TIMEOUT}'; "
             f"EXECUTE {name}({text_literal(message_id)}, "
             f"{_array(text_literal(str(i)) for i in ids)}::uuid[], "
             f"{_array('NULL' if t is None else float_literal(t) for t in ttbrs)}::float8[], "
             f"{_array(text_literal(h) for h in headers)}::text[], "
-            f"{_array(bytea_literal(b) for b in bodies)}::bytea[])"
+            f"{_array(bytea_literal(b) for b in bodies)}::bytea[]); COMMIT"
         )
 
     async def _dispatch(self, connection: asyncpg.Connection, message_id: str) -> None:
@@ -250,6 +308,18 @@ class OutboxStrategy:
             await store.store(connection, as_delayed(address, outgoing, due))
         for address, messages in by_queue.items():
             await sending.send_many(connection, address, messages)
+
+
+async def _commit_acks(connection: asyncpg.Connection, group: AckGroup) -> None:
+    """The slot ends with acks waiting: commit them. If that fails they roll back; their
+    messages come again and are acknowledged then."""
+    if connection.is_closed() or not connection.is_in_transaction():
+        return
+    try:
+        await connection.execute("COMMIT")
+    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        log.warning("outbox_acks_rolled_back", acks=group.acks,
+                    error=f"{type(exc).__name__}: {exc}")
 
 
 async def _rollback(business: asyncpg.Connection) -> None:

@@ -68,9 +68,10 @@ class SingleMessageStrategy:
         return ""
 
 
-Handle = Callable[[asyncpg.Connection, TransportMessage], Awaitable[str]]
+Handle = Callable[[asyncpg.Connection, TransportMessage], Awaitable[str | None]]
 """Processes a received message in the open transaction; returns statements (literal SQL,
-possibly empty) to run just before its COMMIT, in the same simple query."""
+possibly empty) to run just before its COMMIT, in the same simple query; or ``None``: the
+transaction stays open, for the strategy to commit later (``transactions.ack_group``)."""
 
 Receive = Callable[[asyncpg.Connection, QueueAddress], Awaitable[receiving.Received | None]]
 
@@ -103,7 +104,8 @@ async def receive_in_transaction(
             await connection.execute(COMMIT_AND_BEGIN)
             return Round(taken=1, failed=1)
         before_commit = await handle(connection, received)
-        await _commit_and_begin(connection, before_commit)
+        if before_commit is not None:
+            await _commit_and_begin(connection, before_commit)
         pipeline.failures.forget(received.native_id)
         return Round(taken=1, handled=1)
     except Exception as exc:

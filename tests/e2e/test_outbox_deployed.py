@@ -19,6 +19,18 @@ from tests.support.recoverability_endpoints import Pay
 
 pytestmark = pytest.mark.ray
 MODULE = "tests.support.recoverability_endpoints"
+HOLD_KEY = 4242
+HOLD_PAID_EVENTS = """
+    CREATE FUNCTION hold_paid_events() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_advisory_xact_lock(4242);
+        RETURN NEW;
+    END $$;
+    CREATE TRIGGER hold BEFORE INSERT ON paid_events
+        FOR EACH ROW EXECUTE FUNCTION hold_paid_events()"""
+WAITING_FOR_HOLD = """
+    SELECT pid FROM pg_locks
+    WHERE locktype = 'advisory' AND objid = $1 AND NOT granted"""
 
 
 @pytest.fixture
@@ -59,18 +71,22 @@ async def test_killed_between_commit_and_dispatch_dispatches_on_redelivery(
     db: PostgresTransport, deployer: Deployer
 ) -> None:
     deployment = await deployer.start("ledger", module=MODULE)
+    await db.pool.execute(HOLD_PAID_EVENTS)
     async with db.pool.acquire() as blocker:
-        transaction = blocker.transaction()
-        await transaction.start()
-        # Dispatch inserts into paid_events: holding its lock stops the receiver right after
-        # the business transaction committed.
-        await blocker.execute('LOCK TABLE "public"."paid_events" IN ACCESS EXCLUSIVE MODE')
+        # Inserts into paid_events (the dispatch) wait for this lock, after the business
+        # commit and after the statements were prepared.
+        await blocker.execute("SELECT pg_advisory_lock($1)", HOLD_KEY)
         await db.send("ledger", create_outgoing(Pay("crash")))
         await wait_for(lambda: count(db.pool, "SELECT count(*) FROM paid"), timeout=15,
                        what="the business commit")
+        waiting = await wait_for(lambda: db.pool.fetch(WAITING_FOR_HOLD, HOLD_KEY), timeout=15,
+                                 what="the dispatch to wait for the lock")
         [pid] = await deployment.receiver_pids()
         os.kill(pid, signal.SIGKILL)
-        await transaction.rollback()  # release the lock
+        # The server would finish the waiting dispatch for the dead process: end it too.
+        for row in waiting:
+            await db.pool.execute("SELECT pg_terminate_backend($1)", row["pid"])
+        await blocker.execute("SELECT pg_advisory_unlock($1)", HOLD_KEY)
 
     await wait_for(lambda: db.depth("paid_events"), timeout=30,
                    what="the stored operation to be dispatched")

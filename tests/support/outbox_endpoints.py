@@ -50,3 +50,19 @@ def make(name: str, *, pessimistic: bool = False) -> Endpoint:
 
 optimistic = make("payments")
 pessimistic = make("payments_p", pessimistic=True)
+
+# One business row and one outgoing message: the dispatch goes with the business commit.
+receipts = Endpoint("receipts", transaction_mode=TransactionMode.RECEIVE_ONLY,
+                    immediate_retries=0, delayed_retries=0)
+receipts.enable_outbox(acks_per_commit=3)
+
+
+@receipts.handler
+async def receipt(message: PayInvoice, context: HandlerContext) -> None:
+    await context.send(InvoicePaid(message.invoice), destination="handler_runs",
+                       immediate=True)
+    await context.connection.execute(
+        "INSERT INTO paid_invoices (invoice) VALUES ($1)", message.invoice)
+    if message.invoice == "refused":
+        raise ValueError("this invoice cannot be paid")
+    await context.send(InvoicePaid(message.invoice), destination="ledger")

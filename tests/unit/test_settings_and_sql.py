@@ -78,3 +78,13 @@ def test_endpoint_settings_read_nested_settings_from_file_and_environment(
     assert settings.outbox is None
     code = load_settings(EndpointSettings, environ=env, transport=TransportSettings(schema="x"))
     assert code.transport.schema == "x"
+
+
+def test_outbox_acks_per_commit_must_be_between_1_and_1000() -> None:
+    from endpoint_runtime.settings import OutboxSettings
+
+    assert OutboxSettings().acks_per_commit == 8
+    assert OutboxSettings(acks_per_commit=1).acks_per_commit == 1
+    for bad in (0, -3, 1001):
+        with pytest.raises(ConfigurationError, match="acks_per_commit"):
+            OutboxSettings(acks_per_commit=bad)

@@ -1,0 +1,120 @@
+"""The outbox's dispatch with the business commit, and its acks committed in groups (real
+PostgreSQL, driven through the receive strategy, no Ray)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.settings import OutboxSettings
+from endpoint_runtime.transactions.base import Round
+from endpoint_runtime.transactions.outbox import OutboxStrategy
+from endpoint_runtime.transport import PostgresTransport
+from tests.integration.test_outbox import counts, drain, prepare
+from tests.support.outbox_endpoints import PayInvoice, receipts
+
+HANDLED = Round(taken=1, handled=1)
+
+
+async def send(transport: PostgresTransport, *invoices: str) -> None:
+    for invoice in invoices:
+        await transport.send("receipts", create_outgoing(PayInvoice(invoice)))
+
+
+async def test_acks_commit_once_per_group_while_each_dispatch_commits_at_once(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport, receipts)  # acks_per_commit=3
+    await send(transport, "a", "b", "c", "d")
+
+    seen = []
+    async with transport.pool.acquire() as connection:
+        for _ in range(4):
+            assert await strategy.receive_round(connection) == HANDLED
+            # Other sessions still see rows whose DELETE has not committed.
+            seen.append((await transport.depth("receipts"), await transport.depth("ledger")))
+        await strategy.slot_ended(connection)  # commits the ack left waiting
+
+    assert seen == [(4, 1), (4, 2), (1, 3), (1, 4)]
+    assert await transport.depth("receipts") == 0
+    assert await counts(transport) == (4, 4, 4)
+    records = await transport.pool.fetchval(
+        'SELECT count(*) FROM "receipts_OutboxData" WHERE dispatched AND operations IS NULL')
+    assert records == 4
+
+
+async def test_an_empty_queue_commits_the_waiting_acks(transport: PostgresTransport) -> None:
+    strategy = await prepare(transport, receipts)
+    await send(transport, "a")
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == HANDLED
+        assert await transport.depth("receipts") == 1  # the ack waits
+        assert await strategy.receive_round(connection) == Round()
+        assert not connection.is_in_transaction()
+        assert await transport.depth("receipts") == 0
+        await strategy.slot_ended(connection)
+
+
+async def test_a_failure_rolls_back_the_waiting_acks_and_their_messages_are_only_acked(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport, receipts)
+    await send(transport, "a", "refused", "b")
+
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == HANDLED  # "a": its ack waits
+        failed = await strategy.receive_round(connection)  # rolls back the ack of "a" too
+        assert failed == Round(taken=1, failed=1)
+        assert await transport.depth("receipts") == 3
+        await strategy.slot_ended(connection)
+    await drain(transport, strategy)
+
+    payments, ledger, runs = await counts(transport)
+    assert (payments, ledger) == (2, 2)  # "a" and "b", each written and dispatched once
+    assert runs == 3  # "a" did not run again: it came back as a recorded duplicate
+    assert strategy.duplicates == 1
+    assert await transport.depth("error") == 1  # "refused" (no retries configured)
+    assert await transport.depth("receipts") == 0
+
+
+async def test_a_dispatch_that_fails_after_the_business_commit_is_made_by_the_receive(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport, receipts)
+    await transport.pool.execute("""
+        CREATE SEQUENCE ledger_inserts;
+        CREATE FUNCTION refuse_first_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF nextval('ledger_inserts') = 1 THEN
+                RAISE EXCEPTION 'the first insert into ledger is refused';
+            END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER refuse_first BEFORE INSERT ON "public"."ledger"
+            FOR EACH ROW EXECUTE FUNCTION refuse_first_insert()""")
+    await send(transport, "a")
+
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == HANDLED
+        await strategy.slot_ended(connection)
+
+    assert await transport.pool.fetchval("SELECT last_value FROM ledger_inserts") == 2
+    assert await counts(transport) == (1, 1, 1)
+    assert await transport.depth("receipts") == 0
+    assert strategy.handler_runs == 1
+
+
+async def test_acks_per_commit_of_one_commits_every_message(
+    transport: PostgresTransport,
+) -> None:
+    await prepare(transport, receipts)
+    settings = msgspec.structs.replace(receipts.settings,
+                                       outbox=OutboxSettings(acks_per_commit=1))
+    strategy = receipts.create_strategy(receipts.create_pipeline(), transport.pool, settings)
+    assert isinstance(strategy, OutboxStrategy)
+    await send(transport, "a", "b")
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == HANDLED
+        assert await transport.depth("receipts") == 1  # committed at once
+        await strategy.slot_ended(connection)
+    assert await transport.depth("receipts") == 1
