@@ -106,11 +106,12 @@ class OutboxStrategy:
         return business
 
     async def _prepare_slot(self, connection: asyncpg.Connection) -> None:
-        """Once per receive slot, before its first transaction: the receive transaction
-        (dispatch + mark) may commit without waiting for its WAL flush. If a crash loses it,
-        it is lost whole: the message comes back, finds its record undispatched and is
-        dispatched then. The business transaction, on the other connection, stays
-        synchronous. RESET when the slot returns the connection to the pool."""
+        """Once per receive slot, before its first transaction: the receive transaction (the
+        acks, and the dispatches made there) may commit without waiting for its WAL flush. If
+        a crash loses it, it is lost whole: its messages come back, find their records, are
+        dispatched if they were not, and acked. The business transaction, on the other
+        connection, stays synchronous. RESET when the slot returns the connection to the
+        pool."""
         if not connection.is_in_transaction():
             await connection.execute("SET synchronous_commit = off")
             await self._business_connection(connection)
@@ -134,15 +135,16 @@ class OutboxStrategy:
         """Optimistic: the receive also says whether the message id is recorded (a round
         trip saved), when the headers carry it in this runtime's own form."""
         self._recorded.pop(id(connection), None)
-        if self._settings.pessimistic:
-            return await receiving.receive(connection, address)
-        statement = self._storage.receive_and_look_up(address)
+        pessimistic = self._settings.pessimistic
+        statement = (receiving.receive_statement(address) if pessimistic
+                     else self._storage.receive_and_look_up(address))
         row = await receiving.receive_row(connection, address, statement)
         if row is None:
             self._group(connection).committed()  # nothing to receive: the caller commits
             return None
         message = receiving.to_message(row)
-        if isinstance(message, TransportMessage) and row["looked_up_id"] == message.message_id:
+        if (not pessimistic and isinstance(message, TransportMessage)
+                and row["looked_up_id"] == message.message_id):
             self._recorded[id(connection)] = (message.native_id, row["recorded"])
         return message
 

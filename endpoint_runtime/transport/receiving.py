@@ -91,8 +91,13 @@ async def receive(connection: asyncpg.Connection, address: QueueAddress) -> Rece
     ``queue.sql``), so a message that becomes visible below it, e.g. one whose sender
     committed late, waits at most ``FULL_SCAN_INTERVAL`` under load.
     """
-    row = await receive_row(connection, address, statements.for_queue(address)["receive_past"])
+    row = await receive_row(connection, address, receive_statement(address))
     return None if row is None else to_message(row)
+
+
+def receive_statement(address: QueueAddress) -> str:
+    """The statement :func:`receive` runs (``receive_past`` in ``queue.sql``)."""
+    return statements.for_queue(address)["receive_past"]
 
 
 async def receive_row(connection: asyncpg.Connection, address: QueueAddress, statement: str) -> Any:
