@@ -200,3 +200,17 @@ async def test_a_send_with_time_to_be_received_sets_expires_through_the_statemen
         "SELECT extract(epoch FROM expires - (now() AT TIME ZONE 'UTC')) "
         'FROM "public"."ledger_out"')
     assert 85 < left <= 90.5
+
+
+async def test_time_to_be_received_counts_from_the_send_not_from_the_transaction_start(
+    transport: PostgresTransport,
+) -> None:
+    """The handler sleeps 2 s and then sends with a 5 s time to be received: the message
+    must have about 5 s left when it is committed, not 3 (now() is the transaction's start)."""
+    strategy = await prepare(transport)
+    await run_job(transport, strategy, Job(6, "slow_expiring"), Round(taken=1, handled=1))
+
+    left = await transport.pool.fetchval(
+        "SELECT extract(epoch FROM expires - (now() AT TIME ZONE 'UTC')) "
+        'FROM "public"."ledger_out"')
+    assert 4.0 < left <= 5.0

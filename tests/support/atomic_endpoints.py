@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import msgspec
@@ -12,7 +13,7 @@ from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
 class Job(msgspec.Struct):
     n: int
     action: str = "send"  # send | savepoint | deferred_violation | missing_queue | large_first
-    # | expiring
+    # | expiring | slow_expiring
     size: int = 0
 
 
@@ -45,6 +46,11 @@ async def work(message: Job, context: HandlerContext) -> None:
     elif message.action == "expiring":
         await context.send(Done(message.n), destination="ledger_out",
                            time_to_be_received=timedelta(seconds=90.5))
+        return
+    elif message.action == "slow_expiring":  # the handler takes a while, then sends
+        await asyncio.sleep(2.0)
+        await context.send(Done(message.n), destination="ledger_out",
+                           time_to_be_received=timedelta(seconds=5))
         return
     elif message.action == "large_first":
         await context.send(Done(message.n, "x" * message.size), destination="ledger_out")

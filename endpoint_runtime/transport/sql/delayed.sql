@@ -43,7 +43,7 @@ ON CONFLICT (id, destination) DO NOTHING;
 -- fetch_next_due --
 -- Locks the row: a competing mover skips it, so one instance dispatches it.
 SELECT id, destination, due, headers, body, failures FROM {table}
-WHERE due <= now()
+WHERE due <= statement_timestamp()
 ORDER BY due
 LIMIT 1
 FOR UPDATE SKIP LOCKED;

@@ -73,7 +73,7 @@ WITH previous AS (
     FOR UPDATE
 )
 UPDATE {table} AS record
-SET dispatched = true, dispatched_at = now(), operations = NULL
+SET dispatched = true, dispatched_at = statement_timestamp(), operations = NULL
 FROM previous
 WHERE record.message_id = previous.message_id
 RETURNING previous.operations::text AS operations;
@@ -82,14 +82,14 @@ RETURNING previous.operations::text AS operations;
 -- The common case in one round trip: mark the record dispatched and, only if this call did,
 -- insert its operations into their one destination queue ({queue}).
 WITH marked AS (
-    UPDATE {table} SET dispatched = true, dispatched_at = now(), operations = NULL
+    UPDATE {table} SET dispatched = true, dispatched_at = statement_timestamp(), operations = NULL
     WHERE message_id = $1 AND dispatched IS NOT TRUE
     RETURNING 1
 )
 INSERT INTO {queue} (id, expires, headers, body)
 SELECT m.id,
        CASE WHEN m.ttbr IS NULL THEN NULL
-            ELSE (now() AT TIME ZONE 'UTC') + make_interval(secs => m.ttbr) END,
+            ELSE (statement_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => m.ttbr) END,
        m.headers, m.body
 FROM unnest($2::uuid[], $3::float8[], $4::text[], $5::bytea[])
      WITH ORDINALITY AS m(id, ttbr, headers, body, n)

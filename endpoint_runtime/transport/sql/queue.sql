@@ -3,6 +3,9 @@
 --   {queue}  the quoted "schema"."table"      {schema}  the quoted schema
 --   {pkey} {seq_idx} {expires_idx} {notify}  quoted names of objects derived from the table
 -- Timestamps in the expires column are UTC without time zone (wire format of the original).
+-- Times are statement_timestamp(), never now(): now() is when the transaction began, and a
+-- receive transaction can be old (a slow handler, a BEGIN sent with the last COMMIT, the
+-- outbox's grouped acks). A time to be received counts from the send.
 
 -- create_schema --
 CREATE SCHEMA IF NOT EXISTS {schema};
@@ -49,7 +52,7 @@ DROP TABLE IF EXISTS {queue};
 -- send --
 INSERT INTO {queue} (id, expires, headers, body)
 VALUES ($1, CASE WHEN $2::float8 IS NULL THEN NULL
-                 ELSE (now() AT TIME ZONE 'UTC') + make_interval(secs => $2::float8) END,
+                 ELSE (statement_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => $2::float8) END,
         $3, $4);
 
 -- send_many --
@@ -57,7 +60,7 @@ VALUES ($1, CASE WHEN $2::float8 IS NULL THEN NULL
 INSERT INTO {queue} (id, expires, headers, body)
 SELECT m.id,
        CASE WHEN m.ttbr IS NULL THEN NULL
-            ELSE (now() AT TIME ZONE 'UTC') + make_interval(secs => m.ttbr) END,
+            ELSE (statement_timestamp() AT TIME ZONE 'UTC') + make_interval(secs => m.ttbr) END,
        m.headers, m.body
 FROM unnest($1::uuid[], $2::float8[], $3::text[], $4::bytea[])
      WITH ORDINALITY AS m(id, ttbr, headers, body, n)
@@ -70,7 +73,7 @@ ORDER BY m.n;
 DELETE FROM {queue}
 WHERE seq = (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
 RETURNING id, seq, expires, headers, body,
-          expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC') AS expired;
+          expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC') AS expired;
 
 -- receive_past --
 -- The receive the runtime uses: the lowest unlocked seq above $1 (the connection's last taken
@@ -89,7 +92,7 @@ WHERE seq = coalesce(
     END,
     (SELECT seq FROM {queue} ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED))
 RETURNING id, seq, expires, headers, body,
-          expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC') AS expired;
+          expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC') AS expired;
 
 -- receive_batch --
 -- Up to $1 rows of the lowest unlocked seqs above $2, in seq order; as receive_past, the scan
@@ -103,7 +106,7 @@ WITH taken AS (
         END,
         ARRAY(SELECT seq FROM {queue} ORDER BY seq LIMIT $1 FOR UPDATE SKIP LOCKED)))
     RETURNING id, seq, expires, headers, body,
-              expires IS NOT NULL AND expires < (now() AT TIME ZONE 'UTC') AS expired
+              expires IS NOT NULL AND expires < (statement_timestamp() AT TIME ZONE 'UTC') AS expired
 )
 SELECT * FROM taken ORDER BY seq;
 
@@ -122,7 +125,7 @@ SELECT coalesce(
 DELETE FROM {queue}
 WHERE seq = ANY (ARRAY(
     SELECT seq FROM {queue}
-    WHERE expires < (now() AT TIME ZONE 'UTC')
+    WHERE expires < (statement_timestamp() AT TIME ZONE 'UTC')
     LIMIT $1 FOR UPDATE SKIP LOCKED));
 
 -- purge_all --
