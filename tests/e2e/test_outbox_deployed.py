@@ -15,6 +15,7 @@ from endpoint_runtime.messages import Headers
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport import PostgresTransport
 from tests.e2e.conftest import Deployer, count, create_queues, fresh_status, wait_for
+from tests.support.outbox_endpoints import HELD_INVOICE_LOCK, PayInvoice
 from tests.support.recoverability_endpoints import Pay
 
 pytestmark = pytest.mark.ray
@@ -30,7 +31,7 @@ HOLD_PAID_EVENTS = """
         FOR EACH ROW EXECUTE FUNCTION hold_paid_events()"""
 WAITING_FOR_HOLD = """
     SELECT pid FROM pg_locks
-    WHERE locktype = 'advisory' AND objid = $1 AND NOT granted"""
+    WHERE locktype = 'advisory' AND objid = $1 AND NOT granted"""  # backends that wait
 
 
 @pytest.fixture
@@ -95,3 +96,42 @@ async def test_killed_between_commit_and_dispatch_dispatches_on_redelivery(
     assert await db.depth("paid_events") == 1
     assert await db.depth("ledger") == 0
     assert (await fresh_status(deployment)).replaced_receivers >= 1
+
+
+async def test_a_receiver_killed_while_acks_wait_repeats_no_effect(
+    database_dsn: str, deployer: Deployer
+) -> None:
+    """``receipts`` commits acks in groups of 3. One slot handles "a" and "b" (their acks
+    wait) and then blocks in "held"'s business transaction; the kill rolls back both waiting
+    acks. "a" and "b" come again, are recognised as duplicates and acked: each business row
+    is written once and each outgoing message sent once."""
+    async with PostgresTransport.connect(TransportSettings(dsn=database_dsn)) as db:
+        await create_queues(db, "receipts", "ledger", "handler_runs", "error")
+        await db.pool.execute("CREATE TABLE paid_invoices (invoice text)")
+        invoices = ["a", "b", "held", "c", "d"]
+        for invoice in invoices:
+            await db.send("receipts", create_outgoing(PayInvoice(invoice)))
+        async with db.pool.acquire() as holder:
+            await holder.execute("SELECT pg_advisory_lock($1)", HELD_INVOICE_LOCK)
+            deployment = await deployer.start(
+                "receipts", module="tests.support.outbox_endpoints", max_concurrency=1)
+            await wait_for(lambda: db.pool.fetch(WAITING_FOR_HOLD, HELD_INVOICE_LOCK),
+                           timeout=30, what='"held" to wait for the lock')
+            assert await db.depth("ledger") == 2  # "a" and "b" dispatched...
+            assert await db.depth("receipts") == 5  # ... and not acked
+            [pid] = await deployment.receiver_pids()
+            os.kill(pid, signal.SIGKILL)
+            await holder.execute("SELECT pg_advisory_unlock($1)", HELD_INVOICE_LOCK)
+
+        async def done() -> bool:
+            return await db.depth("receipts") == 0 and await db.depth("ledger") >= 5
+
+        await wait_for(done, timeout=60, what="all invoices after the kill")
+        paid = await db.pool.fetch("SELECT invoice FROM paid_invoices ORDER BY invoice")
+        assert [row["invoice"] for row in paid] == sorted(invoices)
+        assert await db.depth("ledger") == 5
+        assert await db.depth("handler_runs") == 6  # "held" ran twice: killed the first time
+        assert await db.depth("error") == 0
+        status = await fresh_status(deployment)
+        assert status.replaced_receivers == 1
+        assert sum(r.outbox_duplicates for r in status.receivers) == 2  # "a" and "b"

@@ -51,6 +51,8 @@ def make(name: str, *, pessimistic: bool = False) -> Endpoint:
 optimistic = make("payments")
 pessimistic = make("payments_p", pessimistic=True)
 
+HELD_INVOICE_LOCK = 4343
+
 # One business row and one outgoing message: the dispatch goes with the business commit.
 receipts = Endpoint("receipts", transaction_mode=TransactionMode.RECEIVE_ONLY,
                     immediate_retries=0, delayed_retries=0)
@@ -65,4 +67,6 @@ async def receipt(message: PayInvoice, context: HandlerContext) -> None:
         "INSERT INTO paid_invoices (invoice) VALUES ($1)", message.invoice)
     if message.invoice == "refused":
         raise ValueError("this invoice cannot be paid")
+    if message.invoice == "held":  # waits while a test holds the lock
+        await context.connection.execute("SELECT pg_advisory_xact_lock($1)", HELD_INVOICE_LOCK)
     await context.send(InvoicePaid(message.invoice), destination="ledger")
