@@ -128,15 +128,18 @@ class OutboxStorage:
 
     async def record_and_commit(
         self, connection: asyncpg.Connection, message_id: str, operations: str, *,
-        pessimistic: bool, then: str = "COMMIT",
+        pessimistic: bool, dispatched: bool = False, then: str = "COMMIT",
     ) -> None:
         """Store (optimistic) or complete (pessimistic) the record, then ``then`` (COMMIT,
-        and perhaps the next BEGIN)."""
+        and perhaps the next BEGIN). ``dispatched``: there is nothing to dispatch, the record
+        is stored dispatched."""
+        flag = "true" if dispatched else "false"
         if pessimistic:
-            await self._execute(connection, "complete", [message_id, operations], then=then)
-        else:
-            await self._execute(connection, "store", [message_id, PERSISTENCE_VERSION, operations],
+            await self._execute(connection, "complete", [message_id, operations, flag],
                                 then=then)
+        else:
+            await self._execute(connection, "store",
+                                [message_id, PERSISTENCE_VERSION, operations, flag], then=then)
 
     async def _execute(
         self, connection: asyncpg.Connection, block: str, values: list[str], *,

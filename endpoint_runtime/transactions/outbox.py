@@ -209,12 +209,14 @@ class OutboxStrategy:
             await self._pipeline.handle(message, context)
             operations = [operation_of(a, m) for a, m in collected.pending]
             operations += [delayed_operation_of(d) for d in collected.pending_delayed]
-            dispatch = await self._dispatch_statement(business, message_id, operations)
+            # No operation: the record is stored dispatched, there is nothing to dispatch.
+            dispatch = (await self._dispatch_statement(business, message_id, operations)
+                        if operations else None)
             then = "COMMIT" if dispatch is None else f"COMMIT; {dispatch}"
             try:
                 await self._storage.record_and_commit(
                     business, message_id, encode_operations(operations), pessimistic=pessimistic,
-                    then=then if pessimistic else f"{then}; {begin}",
+                    dispatched=not operations, then=then if pessimistic else f"{then}; {begin}",
                 )
             except asyncpg.UniqueViolationError as exc:
                 if exc.table_name != self._storage.table.table:
@@ -223,7 +225,7 @@ class OutboxStrategy:
                 await _rollback(business)
                 self._count_duplicate("optimistic")
                 return False
-            return dispatch is not None
+            return not operations or dispatch is not None
         except BaseException as exc:
             await _rollback(business)
             if isinstance(exc, Exception) and await self._committed(business, message_id):

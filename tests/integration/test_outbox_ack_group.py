@@ -4,6 +4,7 @@ PostgreSQL, driven through the receive strategy, no Ray)."""
 from __future__ import annotations
 
 import msgspec
+import pytest
 
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.settings import OutboxSettings
@@ -118,3 +119,27 @@ async def test_acks_per_commit_of_one_commits_every_message(
         assert await transport.depth("receipts") == 1  # committed at once
         await strategy.slot_ended(connection)
     assert await transport.depth("receipts") == 1
+
+
+@pytest.mark.parametrize("pessimistic", [False, True])
+async def test_a_handler_that_sends_nothing_stores_its_record_dispatched(
+    transport: PostgresTransport, pessimistic: bool,
+) -> None:
+    await prepare(transport, receipts)
+    settings = msgspec.structs.replace(
+        receipts.settings, outbox=OutboxSettings(pessimistic=pessimistic, acks_per_commit=3))
+    strategy = receipts.create_strategy(receipts.create_pipeline(), transport.pool, settings)
+    assert isinstance(strategy, OutboxStrategy)
+    await send(transport, "quiet", "quiet")  # two messages, each its own message id
+
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == HANDLED
+        records = await transport.pool.fetch(
+            'SELECT dispatched, dispatched_at IS NOT NULL AS stamped, operations '
+            'FROM "receipts_OutboxData"')
+        assert [tuple(r) for r in records] == [(True, True, None)]
+        assert await transport.depth("receipts") == 2  # nothing to dispatch: the ack waits
+        await strategy.slot_ended(connection)
+    await drain(transport, strategy)
+    assert await counts(transport) == (2, 0, 2)
+    assert strategy.duplicates == 0

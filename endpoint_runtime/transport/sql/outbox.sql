@@ -49,13 +49,19 @@ ON CONFLICT (message_id) DO NOTHING;
 
 -- store --
 -- Optimistic: the record, just before COMMIT; a concurrent duplicate fails on the primary key
--- (and the COMMIT after it in the same query is then not run).
-INSERT INTO {table} (message_id, dispatched, persistence_version, operations)
-VALUES ($1, false, $2, $3::jsonb);
+-- (and the COMMIT after it in the same query is then not run). $4 ('true' or 'false'): the
+-- handlers produced no operation, so the record is stored dispatched: nothing is left to do.
+INSERT INTO {table} (message_id, dispatched, dispatched_at, persistence_version, operations)
+VALUES ($1, $4::text::boolean, CASE WHEN $4::text::boolean THEN statement_timestamp() END, $2,
+        CASE WHEN $4::text::boolean THEN NULL ELSE $3::jsonb END);
 
 -- complete --
--- Pessimistic: fill in the placeholder record, just before COMMIT.
-UPDATE {table} SET operations = $2::jsonb WHERE message_id = $1;
+-- Pessimistic: fill in the placeholder record, just before COMMIT ($3 as $4 of store).
+UPDATE {table}
+SET dispatched = $3::text::boolean,
+    dispatched_at = CASE WHEN $3::text::boolean THEN statement_timestamp() END,
+    operations = CASE WHEN $3::text::boolean THEN NULL ELSE $2::jsonb END
+WHERE message_id = $1;
 
 -- Statements that find one record say "dispatched IS NOT TRUE", never "NOT dispatched": the
 -- planner matches "NOT dispatched" to the index on dispatched, and with statistics that say
