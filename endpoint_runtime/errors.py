@@ -11,6 +11,7 @@ Every exception the runtime raises on purpose derives from :class:`EndpointRunti
     │   ├── UnknownMessageTypeError               no registered type for the enclosed type name
     │   └── MessageDecodeError                    body that does not decode; keeps raw bytes
     ├── PoisonMessageError                        headers that do not parse; keeps the raw row
+    ├── TransactionAbortedError                   a handler swallowed a database error
     └── RecoverabilityFailedError                 the retry/error-queue step itself failed
 
 Configuration errors also subclass ``ValueError`` so that code validating input in the
@@ -68,6 +69,22 @@ class MessageDecodeError(MessageError):
 
 class PoisonMessageError(EndpointRuntimeError):
     """Headers of a queue row do not parse ("probable message metadata corruption")."""
+
+
+class TransactionAbortedError(EndpointRuntimeError):
+    """A handler returned although its transaction was aborted by a database error it caught.
+
+    PostgreSQL would answer the COMMIT with ROLLBACK: nothing of the message could commit. The
+    runtime counts the attempt as failed (retries, then the error queue) instead.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the handler returned, but its database transaction was aborted by an error it "
+            "caught (e.g. a UniqueViolationError): PostgreSQL would roll the COMMIT back. Catch "
+            "database errors inside a savepoint: `async with context.connection.transaction(): "
+            "await context.connection.execute(...)`, then the error undoes only that block"
+        )
 
 
 class RecoverabilityFailedError(EndpointRuntimeError):

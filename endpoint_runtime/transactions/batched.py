@@ -18,8 +18,14 @@ from endpoint_runtime.context import HandlerContext, LazySavepointConnection
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round
-from endpoint_runtime.transactions.single import SingleMessageStrategy, _rollback_quietly
+from endpoint_runtime.transactions.single import (
+    SingleMessageStrategy,
+    _rollback_quietly,
+    charged_exception,
+)
 from endpoint_runtime.transport import receiving
+
+MESSAGE_SAVEPOINT = "endpoint_runtime_message"
 
 
 class BatchedAtomicStrategy:
@@ -86,13 +92,13 @@ class BatchedAtomicStrategy:
         self, connection: asyncpg.Connection, message: TransportMessage,
         outgoing: BufferedDispatcher,
     ) -> bool:
-        savepoint: asyncpg.transaction.Transaction | None = None
+        savepoint = False
 
         async def ensure_savepoint() -> None:
             nonlocal savepoint
-            if savepoint is None:
-                savepoint = connection.transaction()
-                await savepoint.start()
+            if not savepoint:
+                await connection.execute(f"SAVEPOINT {MESSAGE_SAVEPOINT}")
+                savepoint = True
 
         own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
         context = HandlerContext(
@@ -102,14 +108,16 @@ class BatchedAtomicStrategy:
         )
         try:
             await self._pipeline.handle(message, context)
+            if savepoint:
+                # Fails if the handler caught a database error without a savepoint of its own.
+                await connection.execute(f"RELEASE SAVEPOINT {MESSAGE_SAVEPOINT}")
         except Exception as exc:
             if connection.is_closed():
                 raise  # the batch is lost with its connection: a transport failure
-            if savepoint is not None:
-                await savepoint.rollback()
-            self._pipeline.record_failure(message, exc)
+            if savepoint:
+                await connection.execute(f"ROLLBACK TO SAVEPOINT {MESSAGE_SAVEPOINT}; "
+                                         f"RELEASE SAVEPOINT {MESSAGE_SAVEPOINT}")
+            self._pipeline.record_failure(message, charged_exception(exc))
             return False
-        if savepoint is not None:
-            await savepoint.commit()  # RELEASE SAVEPOINT
         outgoing.take_from(own)
         return True

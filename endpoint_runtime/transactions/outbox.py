@@ -33,6 +33,7 @@ import asyncpg
 import structlog
 
 from endpoint_runtime.context import HandlerContext, OpenTransactionConnection, parse_address
+from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.messages import (
     OutgoingMessage,
     TransportMessage,
@@ -276,8 +277,10 @@ class OutboxStrategy:
         try:
             name = await prepared_name(business, self._storage.dispatch_and_mark(destination),
                                        DISPATCH_PARAMETER_TYPES)
-        except asyncpg.UndefinedTableError:
-            return None  # the destination is missing: A's dispatch fails the message
+        except asyncpg.UndefinedTableError as exc:
+            # The failed PREPARE aborted the business transaction: the message fails here,
+            # naming the queue (else the record's INSERT would only say "aborted").
+            raise QueueNotFoundError(str(destination)) from exc
         if name is None:
             return None
         return (

@@ -24,7 +24,11 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 
 from endpoint_runtime.context import HandlerContext, OpenTransactionConnection
-from endpoint_runtime.errors import QueueNotFoundError, RecoverabilityFailedError
+from endpoint_runtime.errors import (
+    QueueNotFoundError,
+    RecoverabilityFailedError,
+    TransactionAbortedError,
+)
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ImmediateDispatcher, Round
@@ -32,6 +36,10 @@ from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.addresses import QueueAddress
 
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
+# Before a handled message's COMMIT: fails in an aborted transaction, whose COMMIT PostgreSQL
+# would answer with ROLLBACK instead of an error (a handler that caught a database error
+# without a savepoint). Sends that go with the COMMIT fail there just the same.
+ABORTED_CHECK = "SELECT 1"
 _MISSING_RELATION = re.compile(r'relation "(.+)" does not exist')
 
 
@@ -113,7 +121,7 @@ async def receive_in_transaction(
         if (received is None or isinstance(received, PoisonMessage)
                 or isinstance(exc, RecoverabilityFailedError) or connection.is_closed()):
             raise
-        pipeline.record_failure(received, exc)
+        pipeline.record_failure(received, charged_exception(exc))
         return Round(taken=1, failed=1)
     except BaseException:
         await _rollback_quietly(connection)
@@ -121,14 +129,24 @@ async def receive_in_transaction(
 
 
 async def _commit_and_begin(connection: asyncpg.Connection, before_commit: str) -> None:
-    if not before_commit:
-        await connection.execute(COMMIT_AND_BEGIN)
-        return
+    """COMMIT what a handler did (with ``before_commit`` first) and BEGIN the next, in one
+    query; in a transaction the handler left aborted, the first statement fails."""
     try:
-        await connection.execute(f"{before_commit}; {COMMIT_AND_BEGIN}")
+        await connection.execute(f"{before_commit or ABORTED_CHECK}; {COMMIT_AND_BEGIN}")
     except asyncpg.UndefinedTableError as exc:
         missing = _MISSING_RELATION.search(str(exc))
         raise QueueNotFoundError(missing.group(1) if missing else str(exc)) from exc
+
+
+def charged_exception(exc: Exception) -> Exception:
+    """The exception a failed attempt is charged with: "current transaction is aborted" from
+    any statement after a handler caught a database error says too little, so it becomes a
+    :class:`TransactionAbortedError` that says what to do."""
+    if isinstance(exc, asyncpg.InFailedSQLTransactionError):
+        aborted = TransactionAbortedError()
+        aborted.__cause__ = exc
+        return aborted
+    return exc
 
 
 async def end_carried_transaction(connection: asyncpg.Connection) -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transactions.outbox import OutboxStrategy
@@ -143,3 +145,17 @@ async def test_a_handler_that_sends_nothing_stores_its_record_dispatched(
     await drain(transport, strategy)
     assert await counts(transport) == (2, 0, 2)
     assert strategy.duplicates == 0
+
+
+async def test_a_send_to_a_missing_queue_fails_the_message_naming_the_queue(
+    transport: PostgresTransport,
+) -> None:
+    strategy = await prepare(transport, receipts)
+    await send(transport, "astray")
+    await drain(transport, strategy)
+
+    failed = await transport.receive("error")
+    assert isinstance(failed, TransportMessage)
+    assert "no_such_ledger" in failed.headers[ErrorHeaders.MESSAGE]
+    assert failed.headers[ErrorHeaders.EXCEPTION_TYPE].endswith("QueueNotFoundError")
+    assert await counts(transport) == (0, 0, 1)  # the business work rolled back

@@ -69,5 +69,7 @@ async def receipt(message: PayInvoice, context: HandlerContext) -> None:
         raise ValueError("this invoice cannot be paid")
     if message.invoice == "held":  # waits while a test holds the lock
         await context.connection.execute("SELECT pg_advisory_xact_lock($1)", HELD_INVOICE_LOCK)
-    if message.invoice != "quiet":  # "quiet": business work only, nothing to send
+    if message.invoice == "astray":  # to a queue that does not exist
+        await context.send(InvoicePaid(message.invoice), destination="no_such_ledger")
+    elif message.invoice != "quiet":  # "quiet": business work only, nothing to send
         await context.send(InvoicePaid(message.invoice), destination="ledger")
