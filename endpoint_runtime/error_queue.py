@@ -19,12 +19,13 @@ import asyncpg
 import msgspec
 
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
-from endpoint_runtime.messages import PoisonMessage, TransportMessage, encode_headers
+from endpoint_runtime.messages import Headers, PoisonMessage, TransportMessage, encode_headers
 from endpoint_runtime.recoverability import ErrorHeaders, RetryHeaders
 from endpoint_runtime.transport import PostgresTransport, QueueAddress, sending, statements
 from endpoint_runtime.transport.receiving import to_message
 
 _STRIPPED_ON_RETRY = (*ErrorHeaders.ALL, RetryHeaders.RETRIES, RetryHeaders.TIMESTAMP,
+                      Headers.ORIGINAL_NATIVE_ID,
                       "NServiceBus.ProcessingMachine", "NServiceBus.ProcessingEndpoint")
 
 
@@ -106,10 +107,26 @@ async def retry_failed(
             raise EndpointRuntimeError(f"message {native_id} has no {ErrorHeaders.FAILED_QUEUE}")
         headers = {k: v for k, v in failed.message.headers.items()
                    if k not in _STRIPPED_ON_RETRY}
+        original_id = _original_native_id(failed.message) or native_id
         destination = transport.address(failed.failed_queue)
-        await sending.send_raw(connection, destination, native_id, encode_headers(headers),
-                               failed.message.body)
+        try:
+            await sending.send_raw(connection, destination, original_id,
+                                   encode_headers(headers), failed.message.body)
+        except asyncpg.UniqueViolationError as exc:
+            raise EndpointRuntimeError(
+                f"message {native_id} cannot go back to {destination} yet: a message with its "
+                f"native id {original_id} is there now; it stays in the error queue"
+            ) from exc
     return failed.failed_queue
+
+
+def _original_native_id(message: TransportMessage) -> uuid.UUID | None:
+    """The native id a row had before the error queue gave it a fresh one (see
+    ``transport.sending.send_failed``)."""
+    try:
+        return uuid.UUID(message.headers[Headers.ORIGINAL_NATIVE_ID])
+    except (KeyError, ValueError):
+        return None
 
 
 class RetryAllResult(msgspec.Struct, frozen=True):

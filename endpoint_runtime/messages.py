@@ -39,6 +39,8 @@ class Headers:
     PROCESSING_ENDPOINT = "NServiceBus.ProcessingEndpoint"
     PROCESSING_MACHINE = "NServiceBus.ProcessingMachine"
     TRACEPARENT = "traceparent"
+    ORIGINAL_NATIVE_ID = "EndpointRuntime.OriginalNativeId"
+    """On an error-queue row that took a fresh id: the native id it had (restored on retry)."""
 
 
 class MessageIntent(enum.StrEnum):

@@ -167,7 +167,8 @@ class Pipeline:
         self, executor: Executor, message: TransportMessage, failure: Failure
     ) -> None:
         copy = error_copy(message, failure, str(self.local_address), self.endpoint)
-        await sending.send(executor, self.error_address, copy)
+        await sending.send_failed(executor, self.error_address, message.native_id,
+                                  copy.headers, copy.body)
         self.failures.forget(message.native_id)
         self.stats.moved_to_error += 1
         log.error("moved_to_error_queue", error_queue=str(self.error_address),
@@ -196,7 +197,7 @@ class Pipeline:
     async def move_poison_to_error_queue(self, executor: Executor, message: PoisonMessage) -> None:
         """Headers that do not parse: the raw row goes to the error queue as it is."""
         try:
-            await sending.send_raw(
+            await sending.send_failed(
                 executor, self.error_address, message.native_id, message.raw_headers,
                 message.body,
             )

@@ -222,7 +222,8 @@ async def errors_retry(args: argparse.Namespace, settings: TransportSettings) ->
     if skipped:
         print(
             f"{PROG}: {skipped} message(s) could not be retried and stay in {address} "
-            "(no FailedQ, FailedQ missing, or headers that do not parse; "
+            "(no FailedQ, FailedQ missing, its native id already in the FailedQ, or headers "
+            "that do not parse; "
             "`errors retry ID` says why)",
             file=sys.stderr,
         )

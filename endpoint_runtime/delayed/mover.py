@@ -2,12 +2,14 @@
 
 One per endpoint deployment (a task of the peeker). Each round runs in one transaction:
 fetch the next due message (row locked, SKIP LOCKED) -> insert it into its destination ->
-remove it, up to ``batch_size`` messages, then commit. A dispatch that fails (e.g. the
-destination queue does not exist) is rolled back to its savepoint and counted; after
+remove it, up to ``batch_size`` messages, then commit. Each message succeeds or fails alone: a
+dispatch that fails (e.g. the destination queue does not exist, or its name is not a queue
+name) is rolled back to its savepoint, counted and postponed, and the round goes on; after
 ``number_of_retries`` failures the message goes to the error queue with ``FailedQ`` naming the
-destination. Between rounds the mover sleeps until the next due time by the database's clock,
-or a back-off (500 ms doubling to 60 s) when nothing waits, and wakes early on the store's
-NOTIFY (any process storing a message).
+destination (if that move fails too, it stays in the store and is tried again later). Between
+rounds the mover sleeps until the next due time by the database's clock, or a back-off (500 ms
+doubling to 60 s) when nothing waits, and wakes early on the store's NOTIFY (any process
+storing a message).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import structlog
 
 from endpoint_runtime.circuit_breakers import CircuitBreaker, CriticalErrorHandler
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
-from endpoint_runtime.messages import decode_headers, encode_headers, to_wire_time, utc_now
+from endpoint_runtime.messages import decode_headers, to_wire_time, utc_now
 from endpoint_runtime.outgoing import MACHINE
 from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.settings import DelayedDeliverySettings
@@ -148,27 +150,31 @@ class DelayedMessageMover:
     async def move_due(self) -> tuple[int, float | None]:
         """One round: dispatch up to ``batch_size`` due messages in one transaction.
 
-        Returns the number dispatched (or moved to the error queue) and the seconds until
-        the next due message (``None`` when the store is empty).
+        Each message succeeds or fails alone, in its own savepoint: a failed one is counted
+        (the built-in store also postpones it, so the messages due after it go first) and the
+        round goes on with the next. Returns the number dispatched (or moved to the error
+        queue) and the seconds until the next due message (``None`` when the store is empty).
         """
         moved = 0
+        failed: set[tuple[object, str]] = set()
         async with self._pool.acquire() as connection:
             async with connection.transaction():
-                while moved < self.settings.batch_size:
+                for _ in range(self.settings.batch_size):
                     message = await self.store.fetch_next_due(connection)
-                    if message is None:
-                        break
+                    if message is None or (message.id, message.destination) in failed:
+                        break  # a store that does not postpone hands the failed one back
                     if await self._dispatch(connection, message):
                         moved += 1
                     else:
-                        break  # a failed message stays due: leave it for the next round
+                        failed.add((message.id, message.destination))
             next_due = await self.store.next_due_in(connection)
         return moved, next_due
 
     async def _dispatch(self, connection: asyncpg.Connection, message: DelayedMessage) -> bool:
-        destination = QueueAddress.parse(message.destination, self._schema)
+        """Dispatch one message, or count its failure; ``False``: it stays in the store."""
         try:
             async with connection.transaction():  # savepoint: a failure undoes only this one
+                destination = QueueAddress.parse(message.destination, self._schema)
                 await sending.send_raw(
                     connection, destination, message.id, message.headers, message.body
                 )
@@ -180,13 +186,22 @@ class DelayedMessageMover:
             log.warning("delayed_dispatch_failed", destination=message.destination,
                         message_id=str(message.id), failures=message.failures + 1,
                         error=f"{type(exc).__name__}: {exc}")
-            await self._recovery.wait()
-            if message.failures + 1 > self.settings.number_of_retries:
-                await self._move_to_error_queue(connection, message, exc)
+            error: Exception = exc
+        await self._recovery.wait()
+        if message.failures + 1 > self.settings.number_of_retries:
+            try:
+                async with connection.transaction():
+                    await self._move_to_error_queue(connection, message, error)
                 return True
-            await self.store.increment_failure_count(connection, message)
-            self.dispatch_breaker.record_failure(exc)
-            return False
+            except Exception as exc:  # e.g. the error queue is missing: try again later
+                log.error("delayed_message_to_error_queue_failed",
+                          destination=message.destination, message_id=str(message.id),
+                          error_queue=str(self._error_address),
+                          error=f"{type(exc).__name__}: {exc}")
+                error = exc
+        await self.store.increment_failure_count(connection, message)
+        self.dispatch_breaker.record_failure(error)
+        return False
 
     async def _move_to_error_queue(
         self, connection: asyncpg.Connection, message: DelayedMessage, exc: Exception
@@ -203,12 +218,9 @@ class DelayedMessageMover:
             "NServiceBus.ProcessingMachine": MACHINE,
             "NServiceBus.ProcessingEndpoint": self._endpoint,
         })
-        async with connection.transaction():
-            await sending.send_raw(
-                connection, self._error_address, message.id, encode_headers(headers), message.body
-            )
-            await self.store.remove(connection, message)
+        await sending.send_failed(connection, self._error_address, message.id, headers,
+                                  message.body)
+        await self.store.remove(connection, message)
         self.moved_to_error += 1
         log.error("delayed_message_to_error_queue", destination=message.destination,
                   message_id=str(message.id), error_queue=str(self._error_address))
-

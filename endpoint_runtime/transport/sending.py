@@ -9,7 +9,12 @@ from typing import TypeAlias
 import asyncpg
 
 from endpoint_runtime.errors import QueueNotFoundError
-from endpoint_runtime.messages import OutgoingMessage, encode_headers, is_canonical_uuid
+from endpoint_runtime.messages import (
+    Headers,
+    OutgoingMessage,
+    encode_headers,
+    is_canonical_uuid,
+)
 from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import prepared_name
@@ -104,5 +109,27 @@ async def send_raw(
     """Insert a row whose headers text is kept byte for byte (it may not even parse)."""
     try:
         await executor.execute(statements.for_queue(address)["send_raw"], native_id, headers, body)
+    except asyncpg.UndefinedTableError as exc:
+        raise QueueNotFoundError(str(address)) from exc
+
+
+async def send_failed(
+    executor: Executor, address: QueueAddress, native_id: uuid.UUID,
+    headers: dict[str, str] | str, body: bytes,
+) -> None:
+    """Insert a failed message into the error queue ``address``; never refused for its id.
+
+    ``headers`` as a dict gets :attr:`Headers.ORIGINAL_NATIVE_ID` if the row must take a fresh
+    id; raw text (headers that do not parse) is kept byte for byte either way.
+    """
+    if isinstance(headers, str):
+        text = renamed = headers
+    else:
+        text = encode_headers(headers)
+        renamed = encode_headers({**headers, Headers.ORIGINAL_NATIVE_ID: str(native_id)})
+    try:
+        await executor.execute(
+            statements.for_queue(address)["send_failed"], native_id, text, body, renamed
+        )
     except asyncpg.UndefinedTableError as exc:
         raise QueueNotFoundError(str(address)) from exc

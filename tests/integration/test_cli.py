@@ -497,6 +497,23 @@ def test_errors_retry_all_moves_what_it_can_and_says_what_stays(cli: Cli, db: Da
     assert db.depth("gone") == 1
 
 
+def test_errors_retry_all_skips_a_message_whose_id_waits_in_its_queue(
+    cli: Cli, db: Database
+) -> None:
+    db.create("billing", "error")
+    native_id = db.fail("billing")
+    db.fail("billing")
+    db.execute("INSERT INTO public.billing (id, headers, body) VALUES ($1, '{}', 'x')",
+               native_id)  # a resend of it waits in billing
+
+    retried = cli("errors", "retry", "--all")
+
+    assert retried.code == 1
+    assert retried.out == "moved 1 message(s) from public.error back to billing\n"
+    assert "1 message(s) could not be retried" in retried.err
+    assert (db.depth("billing"), db.depth("error")) == (2, 1)
+
+
 def test_errors_retry_all_of_a_clean_queue(cli: Cli, db: Database) -> None:
     db.create("billing", "error")
     assert cli("errors", "retry", "--all") == Outcome(

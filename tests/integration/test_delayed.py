@@ -44,12 +44,13 @@ async def store(transport: PostgresTransport) -> PostgresDelayedMessageStore:
 
 @contextlib.asynccontextmanager
 async def running_mover(
-    transport: PostgresTransport, store: DelayedMessageStore, **settings: object
+    transport: PostgresTransport, store: DelayedMessageStore, error_queue: str = "error",
+    **settings: object,
 ) -> AsyncIterator[DelayedMessageMover]:
     critical: list[str] = []
     mover = DelayedMessageMover(
         store=store, pool=transport.pool, dsn=transport.dsn, endpoint="orders",
-        schema="public", error_address=QueueAddress("error"),
+        schema="public", error_address=QueueAddress(error_queue),
         settings=DelayedDeliverySettings(**settings),  # type: ignore[arg-type]
         on_critical_error=lambda message, exc: critical.append(message),
     )
@@ -280,3 +281,40 @@ async def test_one_message_deferred_to_two_queues_reaches_both(
     async with running_mover(transport, store):
         await wait_for_depth(transport, "target", 1)
         await wait_for_depth(transport, "second_target", 1)
+
+
+async def test_an_undeliverable_message_holds_up_no_other(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore
+) -> None:
+    """Due first: a message whose destination is no queue name at all, and whose move to the
+    error queue fails too (that queue is missing). The messages due after it still go."""
+    now = datetime.now(UTC)
+    async with transport.pool.acquire() as connection:
+        await store.store(connection, delayed(now - timedelta(seconds=5), destination="x" * 80))
+        for _ in range(3):
+            await store.store(connection, delayed(now))
+    async with running_mover(transport, store, error_queue="missing_error",
+                             maximum_recovery_failures_per_second=50):
+        await wait_for_depth(transport, "target", 3)
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await transport.pool.fetchval(  # counted, not lost
+                'SELECT failures FROM "orders.delayed" WHERE destination <> $1', "target"):
+            assert asyncio.get_running_loop().time() < deadline, "the failure was not counted"
+            await asyncio.sleep(0.02)
+    rows = await transport.pool.fetch('SELECT destination, failures, due FROM "orders.delayed"')
+    assert [(r["destination"], r["failures"] >= 1) for r in rows] == [("x" * 80, True)]
+    assert rows[0]["due"] > now  # postponed behind the others
+
+
+async def test_a_second_deferral_of_one_id_to_one_queue_is_kept(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore
+) -> None:
+    first = delayed(datetime.now(UTC))
+    second = msgspec.structs.replace(first, body=b'{"second":true}')
+    async with transport.pool.acquire() as connection:
+        await store.store(connection, first)
+        await store.store(connection, second)
+    async with running_mover(transport, store):
+        await wait_for_depth(transport, "target", 2)
+    bodies = sorted(bytes(r["body"]) for r in await transport.pool.fetch("SELECT body FROM target"))
+    assert bodies == [b'{"second":true}', b"{}"]

@@ -112,3 +112,53 @@ async def test_retry_all_and_delete(queues: PostgresTransport) -> None:
     assert await delete_failed(queues, row_id)
     assert not await delete_failed(queues, row_id)
     assert await queues.depth("error") == 0
+
+
+@pytest.mark.parametrize("endpoint_name", ["doomed", "doomed_at_most_once"])
+async def test_a_native_id_already_in_the_error_queue_is_kept_and_retries_restore_it(
+    transport: PostgresTransport, endpoint_name: str,
+) -> None:
+    """A resend that fails while the first copy still waits in the error queue: both copies
+    are kept (the second under a fresh row id), in every mode, NONE included, where the row is
+    gone from its queue before the handler runs."""
+    from tests.support import failing_endpoints
+    from tests.support.failing_endpoints import Doomed
+
+    endpoint = getattr(failing_endpoints, endpoint_name)
+    for queue in (endpoint.name, "error"):
+        await transport.create_queue(queue)
+    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
+                                        endpoint.settings)
+    message_id = str(uuid.uuid4())
+    for n in (1, 2):
+        await transport.send(endpoint.name, create_outgoing(Doomed(n), message_id=message_id))
+        async with transport.pool.acquire() as connection:
+            while (await strategy.receive_round(connection)).taken:
+                pass
+            await strategy.slot_ended(connection)
+
+    assert await transport.depth(endpoint.name) == 0
+    failed = await list_failed(transport)
+    assert [msgspec.json.decode(f.message.body, type=Doomed).n for f in failed] == [1, 2]
+    first, second = failed
+    assert str(first.native_id) == message_id
+    assert second.native_id != first.native_id
+    assert isinstance(second.message, TransportMessage)
+    assert second.message.headers["EndpointRuntime.OriginalNativeId"] == message_id
+
+    # retry --all: the first goes back; the second collides with it and stays (skipped).
+    result = await retry_all(transport)
+    assert result.moved == {f"public.{endpoint.name}": 1}
+    assert result.skipped == 1
+    assert [f.native_id for f in await list_failed(transport)] == [second.native_id]
+    with pytest.raises(EndpointRuntimeError, match="native id"):
+        await retry_failed(transport, second.native_id)
+
+    # Once the first copy is taken, the second goes back under its original native id.
+    assert (await transport.receive(endpoint.name)) is not None
+    await retry_failed(transport, second.native_id)
+    replayed = await transport.receive(endpoint.name)
+    assert isinstance(replayed, TransportMessage)
+    assert str(replayed.native_id) == message_id
+    assert "EndpointRuntime.OriginalNativeId" not in replayed.headers
+    assert msgspec.json.decode(replayed.body, type=Doomed).n == 2

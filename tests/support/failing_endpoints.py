@@ -29,3 +29,7 @@ async def ask_for_retry(message: Doomed, context: HandlerContext) -> None:
     from endpoint_runtime.recoverability import RetryLater
 
     raise RetryLater(timedelta(seconds=1))
+
+
+doomed_at_most_once = Endpoint("doomed_none", transaction_mode="none")
+doomed_at_most_once.register(fail)

@@ -37,8 +37,15 @@ CREATE OR REPLACE TRIGGER {notify} AFTER INSERT ON {table}
     FOR EACH STATEMENT EXECUTE FUNCTION {schema}.endpoint_runtime_notify({channel});
 
 -- store --
-INSERT INTO {table} (id, destination, due, headers, body) VALUES ($1, $2, $3, $4, $5)
-ON CONFLICT (id, destination) DO NOTHING;
+-- A second deferral of one message id to one queue is kept too: it waits under a fresh row id
+-- (the message id travels in its headers). Nothing deferred is ever dropped.
+WITH kept AS (
+    INSERT INTO {table} (id, destination, due, headers, body) VALUES ($1, $2, $3, $4, $5)
+    ON CONFLICT (id, destination) DO NOTHING
+    RETURNING id
+)
+INSERT INTO {table} (id, destination, due, headers, body)
+SELECT gen_random_uuid(), $2, $3, $4, $5 WHERE NOT EXISTS (SELECT FROM kept);
 
 -- fetch_next_due --
 -- Locks the row: a competing mover skips it, so one instance dispatches it.
@@ -52,7 +59,12 @@ FOR UPDATE SKIP LOCKED;
 DELETE FROM {table} WHERE id = $1 AND destination = $2;
 
 -- increment_failure_count --
-UPDATE {table} SET failures = failures + 1 WHERE id = $1 AND destination = $2;
+-- The failed message is also postponed (1, 2, 4 ... up to 60 s), so that the messages due
+-- after it go first and it cannot hold up the rest of the store.
+UPDATE {table}
+SET failures = failures + 1,
+    due = greatest(due, statement_timestamp()) + make_interval(secs => least(60, 2 ^ failures))
+WHERE id = $1 AND destination = $2;
 
 -- next_due --
 -- Seconds from the database's own now() to the earliest due time (negative: overdue).

@@ -159,6 +159,20 @@ SELECT to_regclass($1) IS NOT NULL;
 -- A row moved as it is (poison messages to the error queue).
 INSERT INTO {queue} (id, expires, headers, body) VALUES ($1, NULL, $2, $3);
 
+-- send_failed --
+-- Into the error queue, which never refuses a failed message: when its native id is there
+-- already (a resend that failed too, a copy of one event to several subscribers, a poison row
+-- moved twice) the copy gets a fresh row id and the headers $4 (those of $2 with the original
+-- native id added, which `errors retry` restores). No conflict target: NServiceBus's own
+-- queue tables must be accepted too.
+WITH kept AS (
+    INSERT INTO {queue} (id, expires, headers, body) VALUES ($1, NULL, $2, $3)
+    ON CONFLICT DO NOTHING
+    RETURNING id
+)
+INSERT INTO {queue} (id, expires, headers, body)
+SELECT gen_random_uuid(), NULL, $4, $3 WHERE NOT EXISTS (SELECT FROM kept);
+
 -- browse --
 -- Rows in seq order without taking them (error-queue tooling).
 SELECT id, seq, expires, headers, body FROM {queue} ORDER BY seq LIMIT $1 OFFSET $2;
