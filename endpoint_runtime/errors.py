@@ -12,6 +12,7 @@ Every exception the runtime raises on purpose derives from :class:`EndpointRunti
     │   └── MessageDecodeError                    body that does not decode; keeps raw bytes
     ├── PoisonMessageError                        headers that do not parse; keeps the raw row
     ├── TransactionAbortedError                   a handler swallowed a database error
+    ├── HandlerCancelledError                     a handler cut short by a stop (NONE mode)
     └── RecoverabilityFailedError                 the retry/error-queue step itself failed
 
 Configuration errors also subclass ``ValueError`` so that code validating input in the
@@ -84,6 +85,18 @@ class TransactionAbortedError(EndpointRuntimeError):
             "caught (e.g. a UniqueViolationError): PostgreSQL would roll the COMMIT back. Catch "
             "database errors inside a savepoint: `async with context.connection.transaction(): "
             "await context.connection.execute(...)`, then the error undoes only that block"
+        )
+
+
+class HandlerCancelledError(EndpointRuntimeError):
+    """A handler was cancelled (the receiver stopped and ``stop_timeout`` passed) after its
+    message had left the queue (``TransactionMode.NONE``): its copy goes to the error queue."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the handler was cancelled before it finished (the receiver stopped and "
+            "stop_timeout passed); in TransactionMode.NONE the message had already left its "
+            "queue, so this copy is all that is left of it"
         )
 
 

@@ -1,15 +1,19 @@
 """TransactionMode.NONE: the DELETE commits before the handler runs (at-most-once).
 
-A failed message is not retried: a copy goes to the error queue so it is not lost from sight.
+A failed message is not retried: a copy goes to the error queue so it is not lost from sight;
+so does a message whose handler a stop cancelled (after ``stop_timeout``).
 Sends leave at once, each in its own transaction; ``context.connection`` is an autocommit
 connection.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 
 from endpoint_runtime.context import HandlerContext
+from endpoint_runtime.errors import HandlerCancelledError
 from endpoint_runtime.messages import PoisonMessage
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.recoverability import Action, Decision
@@ -45,6 +49,13 @@ class NoTransactionStrategy:
         )
         try:
             await pipeline.handle(received, context)
+        except asyncio.CancelledError:
+            # A stop cut the handler short; the row is gone: keep a copy, then stop. On the
+            # pool: the cancelled handler may have left its own connection mid-query.
+            pipeline.record_failure(received, HandlerCancelledError())
+            await asyncio.shield(pipeline.apply_decision(
+                self._pool, received, Decision(Action.ERROR_QUEUE)))
+            raise
         except Exception as exc:
             pipeline.record_failure(received, exc)
             # The message is gone from the queue: nothing can retry it. Unless the handler

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 import msgspec
@@ -162,3 +163,32 @@ async def test_a_native_id_already_in_the_error_queue_is_kept_and_retries_restor
     assert str(replayed.native_id) == message_id
     assert "EndpointRuntime.OriginalNativeId" not in replayed.headers
     assert msgspec.json.decode(replayed.body, type=Doomed).n == 2
+
+
+async def test_none_mode_keeps_a_copy_of_a_message_whose_handler_a_stop_cancels(
+    transport: PostgresTransport,
+) -> None:
+    """In NONE mode the row is gone before the handler runs; a receiver that stops cancels
+    handlers still running at ``stop_timeout``: the message must not vanish with it."""
+    from tests.support.failing_endpoints import Doomed, stalled
+
+    for queue in (stalled.name, "error"):
+        await transport.create_queue(queue)
+    strategy = stalled.create_strategy(stalled.create_pipeline(), transport.pool,
+                                       stalled.settings)
+    await transport.send(stalled.name, create_outgoing(Doomed(7)))
+
+    async with transport.pool.acquire() as connection:
+        slot = asyncio.create_task(strategy.receive_round(connection))
+        deadline = asyncio.get_running_loop().time() + 10
+        while await transport.depth(stalled.name):  # taken: the handler runs
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
+        slot.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slot
+
+    [failed] = await list_failed(transport)
+    assert msgspec.json.decode(failed.message.body, type=Doomed).n == 7
+    assert failed.exception_type is not None
+    assert failed.exception_type.endswith("HandlerCancelledError")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext
@@ -33,3 +35,11 @@ async def ask_for_retry(message: Doomed, context: HandlerContext) -> None:
 
 doomed_at_most_once = Endpoint("doomed_none", transaction_mode="none")
 doomed_at_most_once.register(fail)
+
+
+stalled = Endpoint("stalled_none", transaction_mode="none")
+
+
+@stalled.handler
+async def stall(message: Doomed, context: HandlerContext) -> None:
+    await asyncio.Event().wait()  # until cancelled
