@@ -2,6 +2,8 @@
 
 Escape strings (``E'...'``) are used throughout: they read the same whatever the server's
 ``standard_conforming_strings`` says, and a constant (not an expression) lets indexes serve.
+:func:`text_literal` is the one function that turns text into SQL text: every literal the
+runtime writes (sends, the outbox, DDL such as a trigger's channel) goes through it.
 """
 
 from __future__ import annotations
@@ -10,10 +12,17 @@ import math
 
 
 def text_literal(text: str) -> str:
-    """``text`` as an escape-string literal with backslashes and quotes escaped."""
+    """``text`` as an escape-string literal with backslashes and quotes escaped.
+
+    ``$`` is written ``\\$`` (which reads as ``$``), so that a literal inside a dollar-quoted
+    body (a ``DO $tag$ ... $tag$`` block) can never end that body early.
+    """
     if "\x00" in text:
         raise ValueError("PostgreSQL text cannot hold NUL characters")
-    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+    escaped = text.replace("\\", "\\\\").replace("'", "''")
+    if "$" in escaped:
+        escaped = escaped.replace("$", "\\$")
+    return "E'" + escaped + "'"
 
 
 def bytea_literal(data: bytes) -> str:

@@ -6,10 +6,10 @@ import functools
 
 from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+from endpoint_runtime.transport.literals import text_literal
 
-
-def quote_literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+# The one literal function, under the name the statement builders of other modules import.
+quote_literal = text_literal
 
 
 @functools.lru_cache(maxsize=4096)
@@ -22,7 +22,7 @@ def for_queue(address: QueueAddress) -> dict[str, str]:
         "seq_idx": quote_identifier(address.derived_name("_seq_idx")),
         "expires_idx": quote_identifier(address.derived_name("_expires_idx")),
         "notify": quote_identifier(address.derived_name("_notify")),
-        "channel": quote_literal(address.notify_channel),
+        "channel": text_literal(address.notify_channel),
     }
     return {name: text.format(**names) for name, text in sql.load("queue.sql").items()}
 
