@@ -28,6 +28,23 @@ async def existing_queue(transport: PostgresTransport, name: str) -> QueueAddres
     return address
 
 
+def printable(text: str, keep: str = "\n\t") -> str:
+    """``text`` with control characters escaped (``\\x1b``), but for those in ``keep``.
+
+    What the commands print may come from anywhere (failed messages, table names): it must
+    not drive the terminal.
+    """
+    text = text.replace("\r\n", "\n")  # stack traces written on Windows
+    return "".join(
+        char if char in keep or not _is_control(char) else repr(char)[1:-1] for char in text
+    )
+
+
+def _is_control(char: str) -> bool:
+    code = ord(char)
+    return code < 0x20 or 0x7F <= code < 0xA0
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

@@ -27,6 +27,7 @@ from endpoint_runtime.cli.common import (
     existing_queue,
     positive_int,
 )
+from endpoint_runtime.cli.common import printable as _printable
 from endpoint_runtime.error_queue import (
     FailedMessage,
     delete_failed,
@@ -180,22 +181,6 @@ def _body(body: bytes) -> str:
         ]
         return "\n".join([f"body ({size}, not UTF-8; hex):", *lines])
     return f"body ({size}, UTF-8):\n{_printable(text)}"
-
-
-def _printable(text: str, keep: str = "\n\t") -> str:
-    """``text`` with control characters escaped (``\\x1b``), but for those in ``keep``.
-
-    Failed messages may come from anywhere: their text must not drive the terminal.
-    """
-    text = text.replace("\r\n", "\n")  # stack traces written on Windows
-    return "".join(
-        char if char in keep or not _is_control(char) else repr(char)[1:-1] for char in text
-    )
-
-
-def _is_control(char: str) -> bool:
-    code = ord(char)
-    return code < 0x20 or 0x7F <= code < 0xA0
 
 
 async def errors_retry(args: argparse.Namespace, settings: TransportSettings) -> int:

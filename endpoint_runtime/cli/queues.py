@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import argparse
 
-from endpoint_runtime.cli.common import EXIT_OK, existing_queue
+from endpoint_runtime.cli.common import EXIT_OK, existing_queue, printable
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.transport import PostgresTransport
+from endpoint_runtime.transport import PostgresTransport, QueueAddress
 
 
 def add_parser(
@@ -48,10 +48,10 @@ async def queues_list(args: argparse.Namespace, settings: TransportSettings) -> 
     async with PostgresTransport.connect(settings) as transport:
         found = await transport.list_queues(args.schema)
     if not found:
-        where = f"schema {args.schema}" if args.schema else "any schema"
+        where = f"schema {printable(args.schema, keep='')}" if args.schema else "any schema"
         print(f"no queues in {where}")
         return EXIT_OK
-    names = [str(q.address) for q in found]
+    names = [_shown(q.address) for q in found]
     width = max(len("queue"), *(len(n) for n in names))
     print(f"{'queue':<{width}}  {'depth':>10}")
     for name, queue in zip(names, found, strict=True):
@@ -63,7 +63,7 @@ async def queues_create(args: argparse.Namespace, settings: TransportSettings) -
     async with PostgresTransport.connect(settings) as transport:
         for name in args.names:
             address = await transport.create_queue(name)
-            print(f"queue {address} is ready")
+            print(f"queue {_shown(address)} is ready")
     return EXIT_OK
 
 
@@ -72,10 +72,10 @@ async def queues_purge(args: argparse.Namespace, settings: TransportSettings) ->
         address = await existing_queue(transport, args.name)
         if args.expired_only:
             deleted = await transport.purge_expired(address)
-            print(f"purged {deleted} expired message(s) from {address}")
+            print(f"purged {deleted} expired message(s) from {_shown(address)}")
         else:
             deleted = await transport.purge(address)
-            print(f"purged {deleted} message(s) from {address}")
+            print(f"purged {deleted} message(s) from {_shown(address)}")
     return EXIT_OK
 
 
@@ -84,5 +84,11 @@ async def queues_peek(args: argparse.Namespace, settings: TransportSettings) -> 
         address = await existing_queue(transport, args.name)
         estimate = await transport.peek(address)
         depth = await transport.depth(address)
-    print(f"queue {address}: estimate {estimate} (unlocked, max-min seq), depth {depth} (rows)")
+    print(f"queue {_shown(address)}: estimate {estimate} (unlocked, max-min seq), "
+          f"depth {depth} (rows)")
     return EXIT_OK
+
+
+def _shown(address: QueueAddress) -> str:
+    """A queue's name as printed: a table may be named anything, terminal escapes included."""
+    return printable(str(address), keep="")

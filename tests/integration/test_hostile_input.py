@@ -137,3 +137,27 @@ def test_queues_create_on_the_command_line_keeps_a_hostile_name_a_name(
             assert await transport.depth(INJECTING_NAMES[0]) == 0
 
     asyncio.run(check())
+
+
+# --- item 10: names that would drive the terminal ------------------------------------------
+
+TERMINAL_NAME = "q\x1b]0;owned\x07\x1b[2J\x1b[31mred\r\x9b1m"
+
+
+def test_queue_names_reach_the_terminal_escaped(
+    database_dsn: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def create() -> None:
+        async with PostgresTransport.connect(TransportSettings(dsn=database_dsn)) as transport:
+            await transport.create_queue(QueueAddress(TERMINAL_NAME))
+
+    asyncio.run(create())
+    cli = command_line(database_dsn, capsys, monkeypatch)
+    outputs = [cli("queues", "list"), cli("queues", "peek", TERMINAL_NAME),
+               cli("queues", "purge", TERMINAL_NAME), cli("queues", "create", TERMINAL_NAME),
+               cli("queues", "list", "--schema", "no\x1b[2Jsuch")]
+    for outcome in outputs:
+        assert outcome.code == 0, outcome.err
+        assert not any((ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) < 0xA0
+                       for c in outcome.out), repr(outcome.out)
+    assert "q\\x1b]0;owned\\x07\\x1b[2J\\x1b[31mred\\r\\x9b1m" in outputs[0].out
