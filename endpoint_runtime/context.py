@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import datetime, timedelta
-from typing import Any, Protocol
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol, TypeAlias
 
 import asyncpg
 import msgspec
+import structlog
 
 from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError
 from endpoint_runtime.messages import (
@@ -24,11 +25,15 @@ from endpoint_runtime.messages import (
     MessageIntent,
     OutgoingMessage,
     TransportMessage,
+    new_message_id,
     to_wire_time,
     utc_now,
 )
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.outgoing import MACHINE, create_outgoing
+from endpoint_runtime.subscriptions import SubscriptionStore, enclosed_types, topics_of
 from endpoint_runtime.transport.addresses import QueueAddress
+
+log = structlog.get_logger("endpoint_runtime.context")
 
 
 class OutgoingDispatcher(Protocol):
@@ -96,7 +101,8 @@ class HandlerContext:
         endpoint: str,
         local_address: QueueAddress,
         dispatcher: OutgoingDispatcher,
-        connection: asyncpg.Connection | LazySavepointConnection | OpenTransactionConnection | None,
+        connection: HandlerConnection | None,
+        subscriptions: SubscriptionStore | None = None,
     ) -> None:
         self.transport_message = message
         self.message_id = message.message_id
@@ -105,6 +111,7 @@ class HandlerContext:
         self._local_address = local_address
         self._dispatcher = dispatcher
         self._connection = connection
+        self._subscriptions = subscriptions
         self._sent: set[tuple[str, QueueAddress]] = set()
         self.processing_started: float | None = None
         """Epoch seconds when the handlers started (for audit and metrics)."""
@@ -177,6 +184,46 @@ class HandlerContext:
             message, reply_to, MessageIntent.REPLY, headers, immediate, None, None, correlation,
         )
 
+    async def publish(
+        self,
+        event: msgspec.Struct,
+        *,
+        headers: Mapping[str, str] | None = None,
+        immediate: bool = False,
+        message_id: str | None = None,
+    ) -> str:
+        """Publish ``event``: one copy to every subscriber queue of its type or of any of its
+        base types (``MessageIntent`` Publish), with the transaction mode's guarantees, as a
+        send. No subscriber is not an error. Returns the event's message id."""
+        if self._subscriptions is None:
+            raise EndpointRuntimeError("this endpoint cannot publish (no subscription table)")
+        topics = topics_of(type(event))
+        subscribers = await self._subscriptions.subscribers(
+            self.connection, topics, self._local_address.schema)
+        outgoing = self._outgoing(
+            event, MessageIntent.PUBLISH, {**enclosed_types(topics), **(headers or {})},
+            None, message_id, None)
+        if not subscribers:
+            log.debug("published_without_subscribers", topics=topics)
+        for address in subscribers:
+            await self._dispatch(address, outgoing, immediate, None)
+        return outgoing.message_id
+
+    async def dispatch_audit_copy(self, audit_address: QueueAddress) -> None:
+        """The audit copy of the handled message, with its processing headers (under a row id
+        of its own, so that a message processed twice is audited twice)."""
+        message = self.transport_message
+        headers = dict(message.headers)
+        headers[Headers.PROCESSING_ENDPOINT] = self.endpoint
+        headers[Headers.PROCESSING_MACHINE] = MACHINE
+        for name, moment in ((Headers.PROCESSING_STARTED, self.processing_started),
+                             (Headers.PROCESSING_ENDED, self.processing_ended)):
+            if moment is not None:
+                headers[name] = to_wire_time(datetime.fromtimestamp(moment, UTC))
+        copy = OutgoingMessage(message_id=new_message_id(), headers=headers, body=message.body,
+                               time_to_be_received=None)
+        await self._dispatcher.dispatch(audit_address, copy, immediate=False)
+
     async def _send(
         self,
         message: msgspec.Struct,
@@ -196,12 +243,22 @@ class HandlerContext:
             if isinstance(destination, QueueAddress)
             else parse_address(destination, self._local_address.schema)
         )
-        extra = {Headers.RELATED_TO: self.message_id}
+        extra = {}
         if due is not None:
             extra[Headers.DELIVER_AT] = to_wire_time(due)
         if headers:
             extra.update(headers)
-        outgoing = create_outgoing(
+        outgoing = self._outgoing(message, intent, extra, time_to_be_received, message_id,
+                                  correlation_id)
+        await self._dispatch(address, outgoing, immediate, due)
+        return outgoing.message_id
+
+    def _outgoing(
+        self, message: msgspec.Struct, intent: MessageIntent, headers: Mapping[str, str],
+        time_to_be_received: timedelta | None, message_id: str | None,
+        correlation_id: str | None,
+    ) -> OutgoingMessage:
+        return create_outgoing(
             message,
             intent=intent,
             originating_endpoint=self.endpoint,
@@ -209,21 +266,30 @@ class HandlerContext:
             conversation_id=self.headers.get(Headers.CONVERSATION_ID),
             correlation_id=correlation_id,
             message_id=message_id,
-            headers=extra,
+            headers={Headers.RELATED_TO: self.message_id, **headers},
             time_to_be_received=time_to_be_received,
         )
+
+    async def _dispatch(
+        self, address: QueueAddress, outgoing: OutgoingMessage, immediate: bool,
+        due: datetime | None,
+    ) -> None:
         key = (outgoing.message_id, address)
         if key in self._sent:
-            return outgoing.message_id  # the same message to the same queue goes once
+            return  # the same message to the same queue goes once
         await self._dispatcher.dispatch(address, outgoing, immediate=immediate, due=due)
         self._sent.add(key)  # only once written (or buffered): a failed send may be repeated
-        return outgoing.message_id
 
 
 _QUERY_METHODS = frozenset({
     "execute", "executemany", "fetch", "fetchrow", "fetchval", "fetchmany", "prepare",
     "copy_from_query", "copy_from_table", "copy_records_to_table", "copy_to_table",
 })
+
+
+HandlerConnection: TypeAlias = (
+    "asyncpg.Connection | LazySavepointConnection | OpenTransactionConnection"
+)
 
 
 class LazySavepointConnection:

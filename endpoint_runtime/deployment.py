@@ -25,6 +25,7 @@ from endpoint_runtime.embedded import resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint, outbox_storage
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
+from endpoint_runtime.subscriptions import subscribe_to_handled_types, subscription_store
 from endpoint_runtime.transport import PostgresTransport, QueueAddress
 
 log = structlog.get_logger("endpoint_runtime.deployment")
@@ -81,6 +82,13 @@ class EndpointDeployment:
                     await endpoint.delayed_store.setup_infrastructure(connection)
                 if settings.outbox is not None:
                     await outbox_storage(endpoint.address, settings).setup(connection)
+                if settings.auto_subscribe:
+                    await subscribe_to_handled_types(
+                        connection, subscription_store(transport_settings), endpoint.name,
+                        endpoint.address, endpoint.registry.handled_types)
+            if settings.audit_queue:
+                await transport.create_queue(
+                    QueueAddress.parse(settings.audit_queue, transport_settings.schema))
         config = DeploymentConfig(
             endpoint_path=path,
             endpoint_name=endpoint.name,

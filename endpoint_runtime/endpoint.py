@@ -35,6 +35,11 @@ from endpoint_runtime.settings import (
     TransportSettings,
     load_settings,
 )
+from endpoint_runtime.subscriptions import (
+    subscribe_to_handled_types,
+    subscription_store,
+    topics_of,
+)
 from endpoint_runtime.transactions import TransactionMode
 from endpoint_runtime.transactions.atomic import atomic_strategy
 from endpoint_runtime.transactions.base import ReceiveStrategy
@@ -181,6 +186,23 @@ class Endpoint(Sender):
         self.throttling_ended_handlers.append(hook)
         return hook
 
+    # -- publish/subscribe -------------------------------------------------------------------
+
+    async def subscribe(self, event_type: type[msgspec.Struct]) -> None:
+        """Subscribe this endpoint's queue to ``event_type`` and the types derived from it
+        (deployments do this by themselves for every handled type, unless
+        ``auto_subscribe=False``)."""
+        transport = await self.transport()
+        async with transport.pool.acquire() as connection:
+            await subscribe_to_handled_types(connection, self.subscriptions, self.name,
+                                             self.address, [event_type])
+
+    async def unsubscribe(self, event_type: type[msgspec.Struct]) -> bool:
+        """Remove the subscription to ``event_type``; ``False`` when there was none."""
+        transport = await self.transport()
+        return await self.subscriptions.unsubscribe(transport.pool, self.name,
+                                                    topics_of(event_type)[0])
+
     # -- what receivers build from it -------------------------------------------------------
 
     def create_pipeline(self, settings: EndpointSettings | None = None) -> Pipeline:
@@ -198,6 +220,9 @@ class Endpoint(Sender):
                 unrecoverable=self.unrecoverable_exceptions,
             ),
             delayed_store=self.delayed_store if settings.delayed_delivery.enabled else None,
+            subscriptions=subscription_store(settings.transport),
+            audit_address=(QueueAddress.parse(settings.audit_queue, settings.transport.schema)
+                           if settings.audit_queue else None),
         )
 
     @staticmethod

@@ -15,7 +15,7 @@ from datetime import timedelta
 import asyncpg
 import structlog
 
-from endpoint_runtime.context import HandlerContext
+from endpoint_runtime.context import HandlerConnection, HandlerContext, OutgoingDispatcher
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.errors import RecoverabilityFailedError, UnknownMessageTypeError
 from endpoint_runtime.handlers import HandlerRegistry
@@ -38,6 +38,7 @@ from endpoint_runtime.recoverability import (
     delayed_retry_headers,
     error_copy,
 )
+from endpoint_runtime.subscriptions import SubscriptionStore
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.sending import Executor
@@ -73,8 +74,12 @@ class Pipeline:
         error_address: QueueAddress,
         policy: RecoverabilityPolicy,
         delayed_store: DelayedMessageStore | None = None,
+        subscriptions: SubscriptionStore | None = None,
+        audit_address: QueueAddress | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.subscriptions = subscriptions
+        self.audit_address = audit_address
         self.registry = registry
         self.local_address = local_address
         self.error_address = error_address
@@ -94,8 +99,21 @@ class Pipeline:
             (failure.attempts if failure else 0) + 1,
         )
 
+    def new_context(
+        self, message: TransportMessage, dispatcher: OutgoingDispatcher,
+        connection: HandlerConnection | None,
+    ) -> HandlerContext:
+        """What the handlers of ``message`` see; ``dispatcher`` takes their outgoing messages
+        (and the audit copy) the way the transaction mode wants."""
+        return HandlerContext(
+            message=message, endpoint=self.endpoint, local_address=self.local_address,
+            dispatcher=dispatcher, connection=connection, subscriptions=self.subscriptions,
+        )
+
     async def handle(self, message: TransportMessage, context: HandlerContext) -> None:
-        """Decode the body and run every handler of its type, in registration order."""
+        """Decode the body and run every handler of its type, in registration order; then,
+        with the audit queue set, hand the audit copy to the context's dispatcher (so it
+        commits with the receive in atomic modes and with the dispatch in outbox mode)."""
         enclosed = message.headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "")
         message_type = self.registry.message_types.resolve(enclosed)
         body = self.registry.message_types.decode(message_type, message.body)
@@ -112,6 +130,8 @@ class Pipeline:
                 raise
         ended = time.time()
         self.stats.last_ended = context.processing_ended = ended
+        if self.audit_address is not None:
+            await context.dispatch_audit_copy(self.audit_address)
         self.stats.processing_seconds += ended - started
         self.stats.processed += 1
         self.stats.consecutive_failures = 0

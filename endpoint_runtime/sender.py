@@ -9,6 +9,7 @@ Example::
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,11 +19,17 @@ import msgspec
 from endpoint_runtime.context import due_time, parse_address
 from endpoint_runtime.delayed.store import DelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.messages import Headers, to_wire_time
+from endpoint_runtime.messages import Headers, MessageIntent, to_wire_time
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.settings import TransportSettings
+from endpoint_runtime.subscriptions import (
+    SubscriptionStore,
+    enclosed_types,
+    subscription_store,
+    topics_of,
+)
 from endpoint_runtime.transactions.base import as_delayed
-from endpoint_runtime.transport import PostgresTransport
+from endpoint_runtime.transport import PostgresTransport, sending
 from endpoint_runtime.transport.addresses import QueueAddress
 
 
@@ -91,6 +98,31 @@ class Sender:
             assert self._delayed_store is not None
             async with transport.pool.acquire() as connection:
                 await self._delayed_store.store(connection, as_delayed(address, outgoing, due))
+        return outgoing.message_id
+
+    @functools.cached_property
+    def subscriptions(self) -> SubscriptionStore:
+        return subscription_store(self._transport_settings)
+
+    async def publish(
+        self, event: msgspec.Struct, *, headers: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+    ) -> str:
+        """Publish ``event`` to every subscriber of its type or of a base type, each copy
+        committed at once; returns its message id. No subscriber is not an error."""
+        transport = await self.transport()
+        topics = topics_of(type(event))
+        subscribers = await self.subscriptions.subscribers(
+            transport.pool, topics, self._transport_settings.schema)
+        outgoing = create_outgoing(
+            event, intent=MessageIntent.PUBLISH, originating_endpoint=self.name,
+            reply_to=str(self._local_address) if self._local_address else None,
+            message_id=message_id, headers={**enclosed_types(topics), **(headers or {})},
+        )
+        if subscribers:
+            async with transport.pool.acquire() as connection, connection.transaction():
+                for address in subscribers:
+                    await sending.send(connection, address, outgoing)
         return outgoing.message_id
 
     async def send_local(self, message: msgspec.Struct, **options: Any) -> str:

@@ -43,6 +43,8 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True):
         max_records_to_peek: cap on the peek estimate (``None``: no cap).
         purge_batch_size: rows deleted per statement when purging expired messages.
         pool_max_size: connections per process-level pool.
+        subscription_table: publish/subscribe's table (``[schema.]name``, NServiceBus layout).
+        subscription_cache_seconds: how long a process reuses a subscriber list (0: never).
     """
 
     dsn: str | None = None
@@ -53,8 +55,12 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True):
     max_records_to_peek: int | None = None
     purge_batch_size: int = 10_000
     pool_max_size: int = 10
+    subscription_table: str = "SubscriptionRouting"
+    subscription_cache_seconds: float = 5.0
 
     def __post_init__(self) -> None:
+        if self.subscription_cache_seconds < 0:
+            raise ConfigurationError("subscription_cache_seconds cannot be negative")
         if self.peek_delay < MIN_PEEK_DELAY:
             raise ConfigurationError(
                 f"peek_delay must be at least {MIN_PEEK_DELAY} s (got {self.peek_delay}): "
@@ -262,6 +268,9 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
         on_critical_error: "stop" (log and stop the deployment) or "log".
         outbox: :class:`OutboxSettings` to enable the outbox (receive-only mode only).
         error_queue: where failed and poison messages go.
+        audit_queue: where a copy of each successfully processed message goes, with its
+            processing headers (``None``: no audit; conventionally ``"audit"``).
+        auto_subscribe: at start, subscribe to every message type the endpoint handles.
         stop_timeout: seconds a graceful stop waits for in-flight handlers before cancelling.
         scale_down_after: seconds of empty peeks before surplus receivers are retired.
         receiver_num_cpus: Ray CPUs reserved per receiver (0: do not reserve).
@@ -277,6 +286,8 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
     delayed_retry_delay: float = 10.0
     delayed_retries_give_up_after: float = 86_400.0
     error_queue: str = "error"
+    audit_queue: str | None = None
+    auto_subscribe: bool = True
     circuit_breaker_time_to_trigger: float = 30.0
     circuit_breaker_armed_delay: float = 1.0
     circuit_breaker_triggered_delay: float = 10.0

@@ -12,16 +12,18 @@ charged to the message that caused it.
 
 from __future__ import annotations
 
+import contextlib
+
 import asyncpg
 
-from endpoint_runtime.context import HandlerContext, LazySavepointConnection
+from endpoint_runtime.context import LazySavepointConnection
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round
 from endpoint_runtime.transactions.single import (
     SingleMessageStrategy,
-    _rollback_quietly,
     charged_exception,
+    end_carried_transaction,
 )
 from endpoint_runtime.transport import receiving
 
@@ -37,19 +39,23 @@ class BatchedAtomicStrategy:
         self._single_rounds_left = 0
 
     async def slot_ended(self, connection: asyncpg.Connection) -> None:
-        return None
+        await end_carried_transaction(connection)
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
         if self._single_rounds_left > 0:
             self._single_rounds_left -= 1
             return await self._one_by_one.receive_round(connection)
+        # One by one, each COMMIT began the next transaction: end it before the batch's own.
+        await end_carried_transaction(connection)
         transaction = connection.transaction()
         await transaction.start()
         try:
             result, handled = await self._process_batch(connection)
             await transaction.commit()
         except BaseException:
-            await _rollback_quietly(transaction)
+            # Connection lost or COMMIT failed (the server rolled back): nothing to undo.
+            with contextlib.suppress(asyncpg.InterfaceError, asyncpg.PostgresError, OSError):
+                await transaction.rollback()
             self._single_rounds_left = self._batch_size
             raise
         for message in handled:
@@ -101,11 +107,8 @@ class BatchedAtomicStrategy:
                 savepoint = True
 
         own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
-        context = HandlerContext(
-            message=message, endpoint=self._pipeline.endpoint,
-            local_address=self._pipeline.local_address, dispatcher=own,
-            connection=LazySavepointConnection(connection, ensure_savepoint),
-        )
+        context = self._pipeline.new_context(
+            message, own, LazySavepointConnection(connection, ensure_savepoint))
         try:
             await self._pipeline.handle(message, context)
             if savepoint:

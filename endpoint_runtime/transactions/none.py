@@ -12,7 +12,6 @@ import asyncio
 
 import asyncpg
 
-from endpoint_runtime.context import HandlerContext
 from endpoint_runtime.errors import HandlerCancelledError
 from endpoint_runtime.messages import PoisonMessage
 from endpoint_runtime.pipeline import Pipeline
@@ -42,11 +41,7 @@ class NoTransactionStrategy:
         if received is None:
             return EMPTY
         pipeline.bind_log_context(received)
-        context = HandlerContext(
-            message=received, endpoint=pipeline.endpoint,
-            local_address=pipeline.local_address, dispatcher=self._dispatcher,
-            connection=connection,
-        )
+        context = pipeline.new_context(received, self._dispatcher, connection)
         try:
             await pipeline.handle(received, context)
         except asyncio.CancelledError:

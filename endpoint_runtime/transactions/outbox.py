@@ -32,7 +32,7 @@ from collections.abc import Iterable
 import asyncpg
 import structlog
 
-from endpoint_runtime.context import HandlerContext, OpenTransactionConnection, parse_address
+from endpoint_runtime.context import OpenTransactionConnection, parse_address
 from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.messages import (
     OutgoingMessage,
@@ -201,11 +201,8 @@ class OutboxStrategy:
                 self._count_duplicate("pessimistic" if pessimistic else "optimistic")
                 return False
             collected = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
-            context = HandlerContext(
-                message=message, endpoint=self._pipeline.endpoint,
-                local_address=self._pipeline.local_address, dispatcher=collected,
-                connection=OpenTransactionConnection(business),
-            )
+            context = self._pipeline.new_context(
+                message, collected, OpenTransactionConnection(business))
             self.handler_runs += 1
             await self._pipeline.handle(message, context)
             operations = [operation_of(a, m) for a, m in collected.pending]

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 
 import asyncpg
 
-from endpoint_runtime.context import HandlerContext, OpenTransactionConnection
+from endpoint_runtime.context import OpenTransactionConnection
 from endpoint_runtime.errors import (
     QueueNotFoundError,
     RecoverabilityFailedError,
@@ -66,10 +66,7 @@ class SingleMessageStrategy:
             if self._sends_atomic
             else self._immediate
         )
-        context = HandlerContext(
-            message=message, endpoint=pipeline.endpoint, local_address=pipeline.local_address,
-            dispatcher=dispatcher, connection=OpenTransactionConnection(connection),
-        )
+        context = pipeline.new_context(message, dispatcher, OpenTransactionConnection(connection))
         await pipeline.handle(message, context)
         if isinstance(dispatcher, BufferedDispatcher):
             return await dispatcher.flush_before_commit(connection)

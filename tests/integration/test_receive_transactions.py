@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 import msgspec
+import pytest
 
 from endpoint_runtime.messages import Headers, TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
@@ -218,3 +219,31 @@ async def test_time_to_be_received_counts_from_the_send_not_from_the_transaction
 
     left = await seconds_to_expiry(transport)
     assert 4.0 < left <= 5.0
+
+
+async def test_a_batch_that_cannot_commit_rolls_back_and_its_messages_go_one_by_one(
+    transport: PostgresTransport,
+) -> None:
+    """One message of the batch breaks a deferred constraint: the batch's COMMIT fails, the
+    batch rolls back whole, and the next rounds take its messages one at a time, so that only
+    that message fails."""
+    from tests.support.atomic_endpoints import ledger_batched
+
+    await prepare(transport)
+    await transport.create_queue("ledger_batched")
+    strategy = ledger_batched.create_strategy(ledger_batched.create_pipeline(), transport.pool,
+                                              ledger_batched.settings)
+    for job in (Job(1), Job(2, "deferred_violation"), Job(3)):
+        await transport.send("ledger_batched", create_outgoing(job))
+
+    async with transport.pool.acquire() as connection:
+        with pytest.raises(asyncpg.ForeignKeyViolationError):
+            await strategy.receive_round(connection)
+        assert not connection.is_in_transaction()
+        assert await transport.depth("ledger_batched") == 3  # rolled back whole
+        while (await strategy.receive_round(connection)).taken:
+            pass
+        await strategy.slot_ended(connection)
+
+    assert sorted(done.n for done in await bodies(transport, "ledger_out")) == [1, 3]
+    assert await transport.depth("error") == 1

@@ -57,3 +57,8 @@ async def work(message: Job, context: HandlerContext) -> None:
         await context.send(Done(message.n + 1), destination="ledger_out")
         return
     await context.send(Done(message.n), destination="ledger_out")
+
+
+ledger_batched = Endpoint("ledger_batched", batch_size=4, immediate_retries=0,
+                          delayed_retries=0)
+ledger_batched.register(work)
