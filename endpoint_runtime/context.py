@@ -32,6 +32,7 @@ from endpoint_runtime.messages import (
 from endpoint_runtime.outgoing import MACHINE, create_outgoing
 from endpoint_runtime.subscriptions import SubscriptionStore, enclosed_types, topics_of
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.queue_tables import allowed_schemas, ensure_queue_table
 
 log = structlog.get_logger("endpoint_runtime.context")
 
@@ -277,6 +278,9 @@ class HandlerContext:
         key = (outgoing.message_id, address)
         if key in self._sent:
             return  # the same message to the same queue goes once
+        if self._connection is not None:  # a queue table, verified once per connection
+            await ensure_queue_table(self._connection, address,
+                                     allowed_schemas=allowed_schemas(self.endpoint))
         await self._dispatcher.dispatch(address, outgoing, immediate=immediate, due=due)
         self._sent.add(key)  # only once written (or buffered): a failed send may be repeated
 

@@ -108,3 +108,14 @@ class RecoverabilityFailedError(EndpointRuntimeError):
             f"Failed to execute recoverability policy for message with native ID: `{native_id}`"
         )
         self.native_id = native_id
+
+
+class NotAQueueError(EndpointRuntimeError):
+    """A send or reply names a table that is not a queue table (e.g. a crafted
+    ``ReplyToAddress`` naming a business table), or a schema sends may not write to."""
+
+    def __init__(self, address: object, reason: str) -> None:
+        super().__init__(f"cannot send to {address}: {reason}; sends and replies go only to "
+                         "queue tables")
+        self.address = address
+        self.reason = reason

@@ -41,6 +41,8 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True):
         notify_on_send: queue tables NOTIFY on insert so idle receivers wake at once.
         peek_delay: seconds between peeks of an empty queue (below 0.1 rejected, above 10 warned).
         max_records_to_peek: cap on the peek estimate (``None``: no cap).
+        allowed_schemas: schemas whose queue tables sends and replies may write to (``None``:
+            any schema). Whatever it says, they write to queue tables only.
         purge_batch_size: rows deleted per statement when purging expired messages.
         pool_max_size: connections per process-level pool.
         subscription_table: publish/subscribe's table (``[schema.]name``, NServiceBus layout).
@@ -53,6 +55,7 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True):
     notify_on_send: bool = True
     peek_delay: float = 1.0
     max_records_to_peek: int | None = None
+    allowed_schemas: tuple[str, ...] | None = None
     purge_batch_size: int = 10_000
     pool_max_size: int = 10
     subscription_table: str = "SubscriptionRouting"

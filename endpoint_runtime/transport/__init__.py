@@ -29,7 +29,7 @@ from endpoint_runtime.messages import OutgoingMessage
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import queues, receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
-from endpoint_runtime.transport.connection import QueueConnection
+from endpoint_runtime.transport.connection import Home, QueueConnection
 from endpoint_runtime.transport.queues import QueueInfo
 
 __all__ = ["PostgresTransport", "QueueAddress", "QueueInfo", "connect_pool", "quote_identifier"]
@@ -41,9 +41,18 @@ async def connect_pool(
     """An asyncpg pool of :class:`QueueConnection`; connection errors name the server with
     its password hidden."""
     options.setdefault("connection_class", QueueConnection)
+    home = Home()
+    user_init = options.pop("init", None)
+
+    async def init(connection: asyncpg.Connection) -> None:
+        if isinstance(connection, QueueConnection):
+            connection.home = home
+        if user_init is not None:
+            await user_init(connection)
+
     try:
         pool: asyncpg.Pool = await asyncpg.create_pool(
-            dsn or None, min_size=min_size, max_size=max_size, **options
+            dsn or None, min_size=min_size, max_size=max_size, init=init, **options
         )
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         where = redact_dsn(dsn) if dsn else "the PG* environment"
@@ -51,6 +60,7 @@ async def connect_pool(
             f"cannot connect to PostgreSQL at {where}: {type(exc).__name__}: "
             f"{redact_dsn(str(exc))}"
         ) from None
+    home.pool = pool
     return pool
 
 

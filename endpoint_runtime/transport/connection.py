@@ -5,26 +5,73 @@ Such a statement is run as ``EXECUTE name(literal values)``, a short text that c
 other statements in one simple query (e.g. just before COMMIT), while the server parses and
 plans the statement itself only once per session. ``DISCARD ALL`` or ``DEALLOCATE ALL`` on the
 connection, or a pooler that moves sessions between clients, would break this bookkeeping.
+
+A statement is prepared per queue, and the queues a process sends to come from its messages
+(reply addresses): a connection keeps at most :data:`MAX_PREPARED_STATEMENTS` of them, the
+least recently used is deallocated first. So does the list of queue tables it verified
+(``transport.queue_tables``), without a round trip.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+from collections import OrderedDict
+from collections.abc import Hashable
 from typing import Any
 
 import asyncpg
+
+MAX_PREPARED_STATEMENTS = 128
+"""SQL-level prepared statements one connection keeps. A single transaction must not use
+more distinct statements than this (they are named in text sent later, e.g. with COMMIT)."""
+MAX_VERIFIED_QUEUES = 1024
+"""Queue tables one connection remembers as verified (see ``transport.queue_tables``)."""
+
+
+class BoundedSet:
+    """The last ``limit`` items added; the oldest is forgotten first."""
+
+    __slots__ = ("_items", "limit")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._items: OrderedDict[Hashable, None] = OrderedDict()
+
+    def __contains__(self, item: Hashable) -> bool:
+        return item in self._items
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def add(self, item: Hashable) -> None:
+        self._items[item] = None
+        if len(self._items) > self.limit:
+            self._items.popitem(last=False)
+
+
+class Home:
+    """The pool a connection belongs to: a side channel for checks that must not run in the
+    connection's own transaction (a handler may have left it aborted)."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self, pool: asyncpg.Pool | None = None) -> None:
+        self.pool = pool
 
 
 class QueueConnection(asyncpg.Connection):  # type: ignore[misc]
     """Also keeps, per queue, where its receives start (``receiving.ReceivePosition``)."""
 
-    __slots__ = ("receive_positions", "sql_prepared")
+    __slots__ = ("home", "receive_positions", "sql_prepared", "verified_queues")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.sql_prepared: set[str] = set()
+        self.home = Home()  # connect_pool() puts the pool it belongs to here
+        # name -> None, least recently used first
+        self.sql_prepared: OrderedDict[str, None] = OrderedDict()
         self.receive_positions: dict[Any, Any] = {}
+        self.verified_queues = BoundedSet(MAX_VERIFIED_QUEUES)
 
 
 async def prepared_name(
@@ -33,14 +80,20 @@ async def prepared_name(
     """The name under which ``statement`` (with ``$n`` parameters of ``parameter_types``) is
     prepared in the connection's session, preparing it on first use. ``None`` when the
     connection does not track its session's statements (it is no :class:`QueueConnection`)."""
-    prepared: set[str] | None = getattr(connection, "sql_prepared", None)
+    prepared: OrderedDict[str, None] | None = getattr(connection, "sql_prepared", None)
     if prepared is None:
         return None
     name = _name(statement, parameter_types)
-    if name not in prepared:
-        text = statement.strip().rstrip(";")
-        await connection.execute(f"PREPARE {name} ({parameter_types}) AS {text}")
-        prepared.add(name)
+    if name in prepared:
+        prepared.move_to_end(name)
+        return name
+    if len(prepared) >= MAX_PREPARED_STATEMENTS:
+        oldest = next(iter(prepared))
+        await connection.execute(f"DEALLOCATE {oldest}")
+        del prepared[oldest]
+    text = statement.strip().rstrip(";")
+    await connection.execute(f"PREPARE {name} ({parameter_types}) AS {text}")
+    prepared[name] = None
     return name
 
 

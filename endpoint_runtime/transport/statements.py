@@ -12,7 +12,8 @@ from endpoint_runtime.transport.literals import text_literal
 quote_literal = text_literal
 
 
-@functools.lru_cache(maxsize=4096)
+# About 12 KB per queue: 512 queues in use at once is plenty, and the cache stays small.
+@functools.lru_cache(maxsize=512)
 def for_queue(address: QueueAddress) -> dict[str, str]:
     """Every statement of ``queue.sql`` with this queue's names filled in."""
     names = {

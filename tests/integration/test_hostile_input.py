@@ -9,18 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import asyncpg
-import msgspec
 import pytest
 
+from endpoint_runtime import Endpoint
 from endpoint_runtime.delayed.postgres import PostgresDelayedMessageStore
+from endpoint_runtime.errors import NotAQueueError, QueueNotFoundError
+from endpoint_runtime.messages import Headers, TransportMessage
 from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.transport import PostgresTransport, QueueAddress, quote_identifier
+from endpoint_runtime.transport import (
+    PostgresTransport,
+    QueueAddress,
+    queue_tables,
+    quote_identifier,
+)
+from tests.support import reply_endpoints
 from tests.support.cli import Outcome, quiet_logging, run_cli
+from tests.support.reply_endpoints import Ping
 
 # Names that end a literal early when only ' is doubled and the server reads \' as a quote
 # (standard_conforming_strings off), or that end a dollar-quoted body ($migrate$ in the
@@ -32,10 +42,6 @@ INJECTING_NAMES = [
     "d$migrate$;CREATE TABLE pwned();--",
     "e$$;CREATE TABLE pwned();--",
 ]
-
-
-class Ping(msgspec.Struct):
-    pass
 
 
 async def turn_off_standard_conforming_strings(dsn: str) -> None:
@@ -137,6 +143,97 @@ def test_queues_create_on_the_command_line_keeps_a_hostile_name_a_name(
             assert await transport.depth(INJECTING_NAMES[0]) == 0
 
     asyncio.run(check())
+
+
+# --- item 8: sends and replies write to queue tables only ----------------------------------
+
+CRAFTED_REPLY_ADDRESSES = {
+    "orders": "a business table with the columns of a send (no seq)",
+    "accounting.ledger": "the same in another schema",
+    "archive.inbox": "a queue table in a schema the endpoint may not send to",
+    "accounting.orders_view": "a view of the business table",
+}
+
+
+async def prepare_replier(transport: PostgresTransport, endpoint: Endpoint) -> None:
+    for queue in (endpoint.name, "error", "client", "archive.inbox"):
+        await transport.create_queue(queue)
+    await transport.pool.execute(
+        "CREATE SCHEMA accounting;"
+        "CREATE TABLE orders (id uuid PRIMARY KEY, expires timestamp, headers text, body bytea);"
+        "CREATE TABLE accounting.ledger (LIKE orders);"
+        "CREATE VIEW accounting.orders_view AS SELECT * FROM orders")
+    async with transport.pool.acquire() as connection:
+        if endpoint.outbox_storage is not None:
+            await endpoint.outbox_storage.setup(connection)
+        assert endpoint.delayed_store is not None
+        await endpoint.delayed_store.setup_infrastructure(connection)
+
+
+@pytest.fixture
+def only_public_schema() -> Iterator[None]:
+    names = [getattr(reply_endpoints, n).name for n in REPLIERS]
+    for name in names:
+        queue_tables.restrict_schemas(name, ["public", "accounting"])
+    yield
+    for name in names:
+        queue_tables.restrict_schemas(name, None)
+
+
+REPLIERS = ["atomic", "receive_only", "batched", "none", "with_outbox"]
+
+
+@pytest.mark.usefixtures("only_public_schema")
+@pytest.mark.parametrize("name", REPLIERS)
+async def test_a_crafted_reply_address_writes_nothing_and_ends_in_the_error_queue(
+    transport: PostgresTransport, name: str
+) -> None:
+    endpoint: Endpoint = getattr(reply_endpoints, name)
+    await prepare_replier(transport, endpoint)
+    for reply_to in [*CRAFTED_REPLY_ADDRESSES, "client"]:
+        await transport.send(endpoint.name, create_outgoing(Ping(reply_to), reply_to=reply_to))
+    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
+                                        endpoint.settings)
+    expected = len(CRAFTED_REPLY_ADDRESSES)
+    async with transport.pool.acquire() as connection:
+        for _ in range(60):  # far more than 5 messages x 2 attempts need
+            if (await transport.depth("error") == expected
+                    and await transport.depth(endpoint.name) == 0):
+                break
+            await strategy.receive_round(connection)
+        await strategy.slot_ended(connection)
+
+    for table in ("orders", "accounting.ledger", "archive.inbox"):
+        count = await transport.pool.fetchval(f"SELECT count(*) FROM {table}")
+        assert count == 0, f"a reply was written into {table}"
+    assert await transport.depth("client") == 1  # a real reply address still works
+    assert await transport.depth(endpoint.name) == 0
+    failed = {}
+    while (row := await transport.receive("error")) is not None:
+        assert isinstance(row, TransportMessage)
+        failed[row.headers[Headers.REPLY_TO_ADDRESS]] = row.headers
+    assert set(failed) == set(CRAFTED_REPLY_ADDRESSES)
+    for reply_to, headers in failed.items():
+        assert headers[ErrorHeaders.EXCEPTION_TYPE].endswith(NotAQueueError.__name__)
+        assert reply_to.split(".")[-1] in headers[ErrorHeaders.MESSAGE]
+    assert "schema" in failed["archive.inbox"][ErrorHeaders.MESSAGE]
+    for layout in ("orders", "accounting.ledger", "accounting.orders_view"):
+        assert "queue layout" in failed[layout][ErrorHeaders.MESSAGE]
+
+
+async def test_a_queue_table_is_verified_once_per_connection(
+    transport: PostgresTransport,
+) -> None:
+    await transport.create_queue("client")
+    address = QueueAddress("client")
+    async with transport.pool.acquire() as connection:
+        await queue_tables.ensure_queue_table(connection, address, allowed_schemas=None)
+        assert address in connection.verified_queues
+        await connection.execute("DROP TABLE client")  # a second check would notice
+        await queue_tables.ensure_queue_table(connection, address, allowed_schemas=None)
+        with pytest.raises(QueueNotFoundError):
+            await queue_tables.ensure_queue_table(connection, QueueAddress("other"),
+                                                  allowed_schemas=None)
 
 
 # --- item 10: names that would drive the terminal ------------------------------------------
