@@ -12,6 +12,8 @@ loyalty          RECEIVE_ONLY + outbox (pessimistic)         exactly-once effect
                                                              sends once per message id; a
                                                              reminder deferred with delay=
 notifications    NONE                                        at-most-once, fire-and-forget
+analytics        SENDS_ATOMIC_WITH_RECEIVE                   subscribes to sales' OrderPlaced
+                                                             event (billing does too)
 ===============  ==========================================  ==================================
 
 ``python -m handlers_examples`` (``bin/dev examples``) runs them all end to end.

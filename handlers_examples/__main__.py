@@ -3,10 +3,11 @@
     python -m handlers_examples [--orders 50] [--timeout 120] [--invalid-orders 1]
                                 [--redeliveries 3]
 
-Creates the business tables, starts the five example endpoints on Ray (sales, billing, shipping,
-loyalty, notifications), sends PlaceOrder messages to sales (plus invalid ones that must end in
-the error queue), waits until every valid order is shipped and has its loyalty points, whose
-deferred expiry reminder was handled too, prints a summary and stops the endpoints gracefully.
+Creates the business tables, starts the six example endpoints on Ray (sales, billing, shipping,
+loyalty, notifications, analytics), sends PlaceOrder messages to sales (plus invalid ones that
+must end in the error queue), waits until every valid order is shipped and has its loyalty
+points, whose deferred expiry reminder was handled too, and its OrderPlaced event reached both
+subscribers, prints a summary and stops the endpoints gracefully.
 Once loyalty has handled every AwardPoints, the client sends a few of them again with their
 original message ids, as a redelivery would: loyalty's outbox must keep them from its handler
 (the summary checks loyalty's and notifications' final counts for that).
@@ -58,6 +59,7 @@ ENDPOINTS = {
     "shipping": "handlers_examples.shipping:endpoint",
     "loyalty": "handlers_examples.loyalty:endpoint",
     "notifications": "handlers_examples.notifications:endpoint",
+    "analytics": "handlers_examples.analytics:endpoint",
 }
 CLIENT_QUEUE = "examples_client"
 """The sending client's own queue: sales replies OrderReceived there."""
@@ -71,7 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m handlers_examples",
         description="Run the example endpoints (sales -> billing -> shipping -> notifications, "
-        "sales -> loyalty -> notifications) end to end on PostgreSQL and Ray.",
+        "sales -> loyalty -> notifications, sales' OrderPlaced to billing and analytics) end to "
+        "end on PostgreSQL and Ray.",
     )
     parser.add_argument("--orders", type=int, default=50, help="valid orders to place (50)")
     parser.add_argument("--invalid-orders", type=int, default=1,
@@ -116,6 +119,9 @@ class Progress(msgspec.Struct):
     """Rows of loyalty_points."""
     reminded: int = 0
     """Of those, rows whose deferred PointsExpiryReminder was handled."""
+    billing_events: int = 0
+    analytics_events: int = 0
+    """OrderPlaced events handled by each subscriber."""
     replies: int = 0
     redelivered: int = 0
     """AwardPoints copies the client sent again."""
@@ -164,6 +170,7 @@ async def observe(client: Client, errors_before: int) -> Progress:
     return Progress(
         orders=rows["orders"], invoices=rows["invoices"], shipments=rows["shipments"],
         points=rows["loyalty_points"], reminded=rows["reminded"],
+        billing_events=rows["billing_events"], analytics_events=rows["analytics_events"],
         replies=await client.receive_replies(), redelivered=client.redelivered,
         errors_added=await transport.depth(ERROR_QUEUE) - errors_before,
         notifications_waiting=await transport.depth("notifications"),
@@ -272,6 +279,8 @@ def flow_complete(progress: Progress, args: argparse.Namespace) -> bool:
         and progress.replies == args.orders
         and progress.points == args.orders
         and progress.reminded == args.orders
+        and progress.billing_events == args.orders
+        and progress.analytics_events == args.orders
         and progress.redelivered == args.redeliveries
         and progress.errors_added >= args.invalid_orders
         and progress.notifications_waiting == 0
@@ -313,6 +322,7 @@ async def wait_for_flow(
             print(f"  {now - began:5.1f} s  orders {progress.orders}/{n}  invoices "
                   f"{progress.invoices}/{n}  shipments {progress.shipments}/{n}  "
                   f"points {progress.points}/{n}  reminded {progress.reminded}/{n}  "
+                  f"events {progress.billing_events + progress.analytics_events}/{2 * n}  "
                   f"error queue +{progress.errors_added}  receivers {receivers}", flush=True)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=0.1)
@@ -327,7 +337,7 @@ def print_summary(
     n = args.orders
     delay = f"{REMINDER_DELAY.total_seconds():g} s"
     handled = (progress.orders + progress.invoices + progress.shipments + progress.points
-               + progress.reminded)
+               + progress.reminded + progress.billing_events + progress.analytics_events)
     print()
     print("== summary")
     print(f"orders     {progress.orders:6d} / {n}   (table orders, this run)")
@@ -337,6 +347,10 @@ def print_summary(
           "loyalty's outbox)")
     print(f"reminded   {progress.reminded:6d} / {n}   (loyalty_points.reminded_at: "
           f"PointsExpiryReminder handled, deferred {delay} by loyalty)")
+    print(f"published  {progress.billing_events:6d} / {n}   (OrderPlaced events handled by "
+          "billing, a subscriber)")
+    print(f"           {progress.analytics_events:6d} / {n}   (... and by analytics, the other "
+          "subscriber)")
     print(f"replies    {progress.replies:6d} / {n}   (OrderReceived, received by the client from "
           f"queue {CLIENT_QUEUE})")
     print(f"redelivered{progress.redelivered:6d} / {args.redeliveries}    (AwardPoints sent again "
@@ -344,8 +358,8 @@ def print_summary(
     until = "the flow completed" if complete else (
         "the interruption" if interrupted else "the timeout")
     print(f"took       {elapsed:6.2f} s from the first send until {until}: "
-          f"{handled / elapsed:.1f} messages/s (sales + billing + shipping + loyalty; the "
-          f"{delay} reminder delay included)")
+          f"{handled / elapsed:.1f} messages/s (sales + billing + shipping + loyalty + "
+          f"analytics; the {delay} reminder delay included)")
     if shipped_after is not None:
         print(f"           every order was shipped after {shipped_after:.2f} s: "
               f"{n / shipped_after:.1f} orders/s")
@@ -366,7 +380,8 @@ def print_summary(
           f"the invalid orders); {errors_total} message(s) in it in total")
     if complete:
         print(f"OK: all {n} orders went through sales -> billing -> shipping -> notifications "
-              f"and got their loyalty points, with the reminder {delay} later")
+              f"and got their loyalty points, with the reminder {delay} later; OrderPlaced "
+              "reached both subscribers")
     elif interrupted:
         print("INTERRUPTED: the endpoints were stopped before the flow completed")
     else:

@@ -14,7 +14,7 @@ import uuid
 import structlog
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
-from handlers_examples.messages import OrderAccepted, OrderBilled
+from handlers_examples.messages import OrderAccepted, OrderBilled, OrderPlaced
 
 log = structlog.get_logger("handlers_examples.billing")
 
@@ -44,3 +44,11 @@ async def bill_order(message: OrderAccepted, context: HandlerContext) -> None:
         ),
         destination="shipping",
     )
+
+
+@endpoint.handler
+async def note_order_placed(message: OrderPlaced, context: HandlerContext) -> None:
+    """Subscribed by handling it: billing hears of every order as it is placed."""
+    await context.connection.execute(
+        "INSERT INTO order_events (endpoint, order_id) VALUES ('billing', $1) "
+        "ON CONFLICT DO NOTHING", message.order_id)

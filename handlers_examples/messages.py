@@ -1,5 +1,6 @@
 """Messages of the example order flow: sales -> billing -> shipping -> notifications, and
-sales -> loyalty (-> loyalty, deferred) -> notifications.
+sales -> loyalty (-> loyalty, deferred) -> notifications; sales publishes OrderPlaced to billing
+and analytics.
 
 Message types are plain ``msgspec.Struct`` classes. Their wire name (header
 ``NServiceBus.EnclosedMessageTypes``) is ``module.QualName``, e.g.
@@ -36,6 +37,16 @@ class OrderReceived(msgspec.Struct, frozen=True, kw_only=True):
     """Reply from sales to whoever sent PlaceOrder (when it gave a ReplyToAddress)."""
 
     order_id: str
+    amount: Decimal
+
+
+class OrderPlaced(msgspec.Struct, frozen=True, kw_only=True):
+    """Event published by sales once an order is stored: every subscriber gets a copy
+    (billing and analytics subscribe, by handling it)."""
+
+    order_id: str
+    customer: str
+    product: str
     amount: Decimal
 
 

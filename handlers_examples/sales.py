@@ -1,7 +1,8 @@
 """Sales: takes orders. Mode SENDS_ATOMIC_WITH_RECEIVE.
 
-The order row, the OrderAccepted to billing, the AwardPoints to loyalty, the reply to the
-customer's client and the removal of PlaceOrder from the queue commit as one transaction:
+The order row, the OrderAccepted to billing, the AwardPoints to loyalty, the OrderPlaced event
+to its subscribers, the reply to the customer's client and the removal of PlaceOrder from the
+queue commit as one transaction:
 either the order exists and billing and loyalty hear of it, or none of it happened and
 PlaceOrder is retried.
 
@@ -16,6 +17,7 @@ from endpoint_runtime import Endpoint, HandlerContext, Headers, TransactionMode
 from handlers_examples.messages import (
     AwardPoints,
     OrderAccepted,
+    OrderPlaced,
     OrderReceived,
     PlaceOrder,
     award_points_message_id,
@@ -71,6 +73,9 @@ async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
         destination="loyalty",
         message_id=award_points_message_id(message.order_id),
     )
+    # An event: one copy to each subscriber (billing, analytics), committed with the order too.
+    await context.publish(OrderPlaced(order_id=message.order_id, customer=message.customer,
+                                      product=message.product, amount=amount))
     # A client that gave a ReplyToAddress (a Sender with a queue of its own) gets an answer;
     # one-way senders such as `endpoint-runtime send` do not.
     if context.headers.get(Headers.REPLY_TO_ADDRESS):

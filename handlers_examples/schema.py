@@ -12,7 +12,7 @@ import asyncpg
 # Concurrent CREATE TABLE IF NOT EXISTS can still collide on pg_type; one lock serialises it.
 _LOCK_KEY = 0x6578616D_706C6573  # "examples"
 
-TABLES = ("orders", "invoices", "shipments", "loyalty_points")
+TABLES = ("orders", "invoices", "shipments", "loyalty_points", "order_events", "product_sales")
 
 _DDL = """
 CREATE TABLE IF NOT EXISTS orders (
@@ -36,6 +36,17 @@ CREATE TABLE IF NOT EXISTS shipments (
     carrier     text NOT NULL,
     shipped_at  timestamptz NOT NULL DEFAULT now()
 );
+CREATE TABLE IF NOT EXISTS order_events (
+    endpoint    text NOT NULL,
+    order_id    text NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (endpoint, order_id)
+);
+CREATE TABLE IF NOT EXISTS product_sales (
+    product     text PRIMARY KEY,
+    orders      bigint NOT NULL,
+    amount      numeric(14, 2) NOT NULL
+);
 CREATE TABLE IF NOT EXISTS loyalty_points (
     order_id       text PRIMARY KEY,
     customer       text NOT NULL,
@@ -58,13 +69,18 @@ async def count_rows(
     connection: asyncpg.Connection | asyncpg.Pool, order_ids: list[str]
 ) -> dict[str, int]:
     """Rows of each business table that belong to the given orders, by table name, and
-    ``reminded``: the loyalty rows whose expiry reminder was handled."""
+    ``reminded``: the loyalty rows whose expiry reminder was handled; ``billing_events`` and
+    ``analytics_events``: OrderPlaced events each subscriber handled."""
     row = await connection.fetchrow(
         """
         SELECT (SELECT count(*) FROM orders    WHERE order_id = ANY($1::text[])) AS orders,
                (SELECT count(*) FROM invoices  WHERE order_id = ANY($1::text[])) AS invoices,
                (SELECT count(*) FROM shipments WHERE order_id = ANY($1::text[])) AS shipments,
-               l.loyalty_points, l.reminded
+               l.loyalty_points, l.reminded,
+               (SELECT count(*) FROM order_events
+                WHERE endpoint = 'billing' AND order_id = ANY($1::text[])) AS billing_events,
+               (SELECT count(*) FROM order_events
+                WHERE endpoint = 'analytics' AND order_id = ANY($1::text[])) AS analytics_events
         FROM (SELECT count(*) AS loyalty_points, count(reminded_at) AS reminded
               FROM loyalty_points WHERE order_id = ANY($1::text[])) AS l
         """,
