@@ -1,5 +1,7 @@
 """Circuit breakers: disarmed -> armed on the first failure -> triggered after a time
-without success, which raises the critical error. A success disarms.
+without success, which raises the critical error. A success disarms (also a triggered
+breaker: work resumes by itself when the database is back, as in the original), and calls
+``on_disarmed``.
 
 Each failure waits before the caller tries again: 1 s while armed, 10 s once triggered (the
 original's delays; both are settings so tests can run fast). Deadlocks (SQLSTATE 40P01) are
@@ -51,8 +53,12 @@ class CircuitBreaker:
         armed_delay: float = 1.0,
         triggered_delay: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        on_disarmed: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
+        self.on_disarmed = on_disarmed
+        """Called when a success disarms the breaker (never on the common path: only when it
+        was armed or triggered), e.g. to declare a critical error over."""
         self.time_to_trigger = time_to_trigger
         self.on_triggered = on_triggered
         self.armed_delay = armed_delay
@@ -64,7 +70,9 @@ class CircuitBreaker:
     def success(self) -> None:
         if self.state is not BreakerState.DISARMED:
             log.info("circuit_breaker_disarmed", breaker=self.name)
-        self.state = BreakerState.DISARMED
+            self.state = BreakerState.DISARMED
+            if self.on_disarmed is not None:
+                self.on_disarmed()
 
     def record_failure(self, exc: BaseException) -> float:
         """Move the state on for a failure; returns the seconds to wait before retrying."""

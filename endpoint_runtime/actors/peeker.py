@@ -22,6 +22,7 @@ import structlog
 
 from endpoint_runtime.actors import scaling
 from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
+from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.delayed.mover import DelayedMessageMover
 from endpoint_runtime.endpoint import load_endpoint, outbox_storage
 from endpoint_runtime.logging import configure_logging
@@ -56,6 +57,14 @@ class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
     delayed_dispatched: int = 0
     delayed_to_error: int = 0
     critical_error: str | None = None
+    """The critical error in effect: with ``on_critical_error="log"`` it is cleared once every
+    circuit breaker has disarmed again (the database is back, work goes on by itself); with
+    ``"stop"`` it stays, with ``halted``."""
+    halted: bool = False
+    """A critical error stopped receiving (``on_critical_error="stop"``): no receivers run
+    until the deployment is started again. The peek estimate still follows the queue."""
+    last_critical_error: str | None = None
+    """The latest critical error, even when it is over."""
     retired_processed: int = 0
     """Messages processed by receivers that were retired or died (their last status)."""
     retired_failed: int = 0
@@ -82,6 +91,7 @@ class _Handle(msgspec.Struct, kw_only=True):
     actor: Any
     allowance: int = 0
     last: ReceiverStatus | None = None
+    critical_errors_seen: int = 0
 
 
 class Peeker:
@@ -107,7 +117,18 @@ class Peeker:
         self._cleaner: OutboxCleaner | None = None
         self._cleaner_task: asyncio.Task[None] | None = None
         self.critical_error: str | None = None
+        self.last_critical_error: str | None = None
         self._halted = False
+        # Peeks fail when the database is away even while no receiver tries to receive: as
+        # the original's peek circuit breaker, this one raises the critical error then.
+        self._peek_breaker = CircuitBreaker(
+            "peek",
+            time_to_trigger=self.settings.circuit_breaker_time_to_trigger,
+            on_triggered=self.on_critical_error,
+            armed_delay=self.settings.circuit_breaker_armed_delay,
+            triggered_delay=self.settings.circuit_breaker_triggered_delay,
+            on_disarmed=self._critical_error_maybe_over,
+        )
         self._retired_processed = 0
         self._retired_failed = 0
 
@@ -119,9 +140,11 @@ class Peeker:
     def on_critical_error(self, message: str, exc: BaseException) -> None:
         """Default critical-error action: log it and, unless configured to only log, stop
         receiving (receivers drain; the deployment reports the error in its status)."""
-        self.critical_error = message
+        self.critical_error = self.last_critical_error = message
         log.critical("critical_error", error=message)
-        if self.settings.on_critical_error == "stop" and not self._stopping:
+        if self.settings.on_critical_error == "stop" and not self._stopping and not self._halted:
+            self._halted = True  # from now on no cycle scales up again
+            log.error("receiving_halted", reason=message)
             asyncio.get_running_loop().create_task(self._stop_receiving())
 
     async def _stop_receiving(self) -> None:
@@ -129,7 +152,21 @@ class Peeker:
             self.settings = msgspec.structs.replace(self.settings, min_receivers=0)
             while self._receivers:
                 await self._retire(self._receivers.pop())
-            self._halted = True
+
+    def _critical_error_maybe_over(self) -> None:
+        """With "log", the critical error is over when every breaker of the deployment (the
+        peek breaker, the mover's, each receiver's) has disarmed again."""
+        if self.critical_error is None or self._halted:
+            return
+        breakers = [self._peek_breaker]
+        if self._mover is not None:
+            breakers += [self._mover.fetch_breaker, self._mover.dispatch_breaker]
+        if any(b.state is not BreakerState.DISARMED for b in breakers):
+            return
+        if any(h.last is None or h.last.critical_error for h in self._receivers):
+            return
+        log.info("critical_error_over", error=self.critical_error)
+        self.critical_error = None
 
     async def start(self) -> None:
         self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=4)
@@ -155,6 +192,9 @@ class Peeker:
                     await self._reconcile()
             except Exception as exc:
                 log.warning("peek_cycle_failed", error=f"{type(exc).__name__}: {exc}")
+                await self._peek_breaker.failure(exc)
+            else:
+                self._peek_breaker.success()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=peek_delay)
             elapsed = time.monotonic() - started
@@ -188,14 +228,16 @@ class Peeker:
             on_critical_error=self.on_critical_error,
             listener=self._listener,
         )
+        for breaker in (self._mover.fetch_breaker, self._mover.dispatch_breaker):
+            breaker.on_disarmed = self._critical_error_maybe_over
         self._mover_task = asyncio.get_running_loop().create_task(self._mover.run())
 
     async def _reconcile(self) -> None:
         assert self._pool is not None
-        if self._halted:
-            return
         cap = self.settings.transport.max_records_to_peek
         self._estimate = await receiving.peek(self._pool, self.config.address, cap)
+        if self._halted:
+            return  # the estimate stays current; nothing is started
         await self._refresh_statuses()
         busy = sum(h.last.in_flight for h in self._receivers if h.last)
         now = time.monotonic()
@@ -227,9 +269,11 @@ class Peeker:
         for handle, result in zip(list(self._receivers), results, strict=True):
             if isinstance(result, ReceiverStatus):
                 handle.last = result
-                if result.critical_error and self.critical_error != result.critical_error:
-                    self.on_critical_error(result.critical_error,
-                                           RuntimeError(result.critical_error))
+                if result.critical_errors > handle.critical_errors_seen:
+                    # Each new one, even if it is over already (a short outage).
+                    handle.critical_errors_seen = result.critical_errors
+                    error = result.last_critical_error or "critical error"
+                    self.on_critical_error(error, RuntimeError(error))
             elif isinstance(result, ray.exceptions.RayActorError):
                 log.warning("receiver_died", receiver=handle.receiver_id,
                             error=_last_line(result))
@@ -239,6 +283,7 @@ class Peeker:
             else:
                 log.warning("receiver_status_failed", receiver=handle.receiver_id,
                             error=repr(result)[:200])
+        self._critical_error_maybe_over()
 
     async def _scale_to(self, wanted: int) -> None:
         while len(self._receivers) > wanted:
@@ -337,6 +382,8 @@ class Peeker:
             delayed_dispatched=self._mover.dispatched if self._mover else 0,
             delayed_to_error=self._mover.moved_to_error if self._mover else 0,
             critical_error=self.critical_error,
+            halted=self._halted,
+            last_critical_error=self.last_critical_error,
             retired_processed=self._retired_processed,
             retired_failed=self._retired_failed,
         )

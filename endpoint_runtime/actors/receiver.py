@@ -22,7 +22,7 @@ import msgspec
 import ray
 import structlog
 
-from endpoint_runtime.circuit_breakers import CircuitBreaker
+from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.delayed.store import CircuitBreakingStore
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import RecoverabilityFailedError
@@ -64,8 +64,13 @@ class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
     receive_breaker: str
     processing_breaker: str
     critical_error: str | None
+    """The critical error still in effect: cleared once every breaker has disarmed again."""
     outbox_duplicates: int = 0
     """Messages whose id the outbox had recorded already: acknowledged without handlers."""
+    critical_errors: int = 0
+    """Critical errors raised so far (the peeker acts on each new one, even when it is over
+    by the time it asks)."""
+    last_critical_error: str | None = None
 
 
 class Receiver:
@@ -83,10 +88,13 @@ class Receiver:
         self._listener: Listener | None = None
         self._throttled = False
         self._critical_error: str | None = None
+        self._critical_errors = 0
+        self._last_critical_error: str | None = None
         self._endpoint: Endpoint | None = None
         self._throttling_enabled = bool(config.settings.throttle_after_failures)
         self._receive_breaker = self._breaker("receive")
         self._processing_breaker = self._breaker("processing")
+        self._store_breaker: CircuitBreaker | None = None
 
     def _breaker(self, name: str) -> CircuitBreaker:
         settings = self.config.settings
@@ -96,12 +104,26 @@ class Receiver:
             on_triggered=self._on_critical_error,
             armed_delay=settings.circuit_breaker_armed_delay,
             triggered_delay=settings.circuit_breaker_triggered_delay,
+            on_disarmed=self._breaker_disarmed,
         )
+
+    def _breakers(self) -> list[CircuitBreaker]:
+        extra = [self._store_breaker] if self._store_breaker is not None else []
+        return [self._receive_breaker, self._processing_breaker, *extra]
+
+    def _breaker_disarmed(self) -> None:
+        """The critical error is over once every breaker works again (the database is back)."""
+        if self._critical_error is not None and all(
+            b.state is BreakerState.DISARMED for b in self._breakers()
+        ):
+            log.info("critical_error_over", error=self._critical_error)
+            self._critical_error = None
 
     def _on_critical_error(self, message: str, exc: BaseException) -> None:
         """Reported to the peeker through :meth:`status` (which applies the settings' action)
         and passed to the endpoint's ``on_critical_error`` hooks."""
-        self._critical_error = message
+        self._critical_error = self._last_critical_error = message
+        self._critical_errors += 1
         for hook in self._endpoint.critical_error_handlers if self._endpoint else ():
             _run_hook(hook, message, exc)
 
@@ -110,13 +132,14 @@ class Receiver:
         endpoint = self._endpoint = load_endpoint(self.config.endpoint_path)
         self._pipeline = endpoint.create_pipeline(settings)
         if self._pipeline.delayed_store is not None:
+            self._store_breaker = CircuitBreaker(
+                "delayed-store",
+                time_to_trigger=settings.delayed_delivery.time_to_trigger_store_circuit_breaker,
+                on_triggered=self._on_critical_error,
+                on_disarmed=self._breaker_disarmed,
+            )
             self._pipeline.delayed_store = CircuitBreakingStore(
-                self._pipeline.delayed_store,
-                CircuitBreaker(
-                    "delayed-store",
-                    time_to_trigger=settings.delayed_delivery.time_to_trigger_store_circuit_breaker,
-                    on_triggered=self._on_critical_error,
-                ),
+                self._pipeline.delayed_store, self._store_breaker
             )
         max_slots = settings.slots_per_receiver
         self._pool = await connect_pool(
@@ -178,6 +201,8 @@ class Receiver:
             processing_breaker=self._processing_breaker.state.value,
             critical_error=self._critical_error,
             outbox_duplicates=getattr(self._strategy, "duplicates", 0),
+            critical_errors=self._critical_errors,
+            last_critical_error=self._last_critical_error,
         )
 
     async def drain(self, grace_seconds: float) -> ReceiverStatus:

@@ -1,4 +1,6 @@
-"""``endpoint-runtime run``: deploy one endpoint on Ray until SIGINT/SIGTERM.
+"""``endpoint-runtime run``: deploy one endpoint on Ray until SIGINT/SIGTERM, or until a
+critical error halts it (``on_critical_error="stop"``: exit status 2, the critical error
+logged last).
 
 Example::
 
@@ -18,7 +20,13 @@ import asyncpg
 import structlog
 
 from endpoint_runtime.actors.cluster import ensure_ray
-from endpoint_runtime.cli.common import EXIT_FAILED, EXIT_OK, positive_float, positive_int
+from endpoint_runtime.cli.common import (
+    EXIT_ERROR,
+    EXIT_FAILED,
+    EXIT_OK,
+    positive_float,
+    positive_int,
+)
 from endpoint_runtime.deployment import EndpointDeployment
 from endpoint_runtime.endpoint import load_endpoint
 from endpoint_runtime.errors import EndpointRuntimeError
@@ -97,6 +105,11 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
             moved_to_error=sum(r.moved_to_error for r in final.receivers),
             replaced_receivers=final.replaced_receivers,
         )
+        if final.halted:
+            # The reason the command ends, and the last thing it logs.
+            log.critical("critical_error", endpoint=final.endpoint,
+                         error=final.critical_error or final.last_critical_error,
+                         on_critical_error="stop")
     return exit_code
 
 
@@ -138,9 +151,15 @@ async def _report_until_stopped(
         except ray.exceptions.RayActorError as exc:
             log.error("peeker_lost", error=str(exc).splitlines()[0])
             return EXIT_FAILED
+        if status.halted:
+            # on_critical_error="stop": the receivers are gone; the process ends with them.
+            log.error("endpoint_halted", endpoint=status.endpoint)
+            return EXIT_ERROR
         try:
             depth: int | None = await transport.depth(address)
-        except (EndpointRuntimeError, asyncpg.PostgresError, OSError) as exc:
+        except (EndpointRuntimeError, asyncpg.PostgresError, asyncpg.InterfaceError,
+                OSError) as exc:
+            # InterfaceError: a connection the server closed (an outage) must not end `run`.
             log.warning("depth_unavailable", error=f"{type(exc).__name__}: {exc}")
             depth = None
         now = time.monotonic()
