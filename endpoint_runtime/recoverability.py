@@ -40,6 +40,11 @@ from endpoint_runtime.outgoing import MACHINE
 
 FAILURE_CACHE_SIZE = 10_000
 MAX_EXCEPTION_MESSAGE = 16_384
+FAILURE_TEXT_BUDGET = 4_000_000
+"""Characters of exception messages and stack traces the failure records keep in all; beyond
+it the oldest records keep only a short head of the message and tail of the stack trace."""
+CUT_MESSAGE = 160
+CUT_STACK_TRACE = 640
 
 
 class ErrorHeaders:
@@ -123,11 +128,25 @@ def _type_name(exc: BaseException | None) -> str:
 
 
 class FailedMessages:
-    """Failure records per row id, least recently used dropped beyond ``capacity``."""
+    """Failure records per row id, least recently used dropped beyond ``capacity``.
 
-    def __init__(self, capacity: int = FAILURE_CACHE_SIZE) -> None:
+    Bounded by size too: a record keeps up to 16 K characters of message and 64 K of stack
+    trace (what the error queue's headers carry), and when all records together hold more
+    than ``text_budget`` characters, the records whose text is oldest are cut to
+    :data:`CUT_MESSAGE` and :data:`CUT_STACK_TRACE` characters (so all records hold at most
+    about ``text_budget + capacity x 800`` characters: 12 M by default). Attempt counts are
+    never cut: they are what stops a message from looping.
+    """
+
+    def __init__(
+        self, capacity: int = FAILURE_CACHE_SIZE, text_budget: int = FAILURE_TEXT_BUDGET
+    ) -> None:
         self._capacity = capacity
+        self._text_budget = text_budget
         self._failures: collections.OrderedDict[uuid.UUID, Failure] = collections.OrderedDict()
+        self._uncut: collections.OrderedDict[uuid.UUID, None] = collections.OrderedDict()
+        self.text_size = 0
+        """Characters of message and stack trace held by all records."""
 
     def get(self, native_id: uuid.UUID) -> Failure | None:
         failure = self._failures.get(native_id)
@@ -139,7 +158,7 @@ class FailedMessages:
         self, native_id: uuid.UUID, exc: BaseException, *, unrecoverable: bool,
         limits: RetryLimits | None = None,
     ) -> Failure:
-        previous = self._failures.pop(native_id, None)
+        previous = self._drop(native_id)
         tb = exc.__traceback__
         frames = traceback.extract_tb(tb) if tb else []
         failure = Failure(
@@ -155,16 +174,44 @@ class FailedMessages:
             discard_reason=exc.reason if isinstance(exc, DiscardMessage) else None,
         )
         self._failures[native_id] = failure
+        self._uncut[native_id] = None
+        self.text_size += _text_size(failure)
         if len(self._failures) > self._capacity:
-            self._failures.popitem(last=False)
-        return failure
+            self._drop(next(iter(self._failures)))
+        while self.text_size > self._text_budget and self._uncut:
+            self._cut(next(iter(self._uncut)))
+        return self._failures[native_id]
 
     def forget(self, native_id: uuid.UUID) -> None:
         if self._failures:
-            self._failures.pop(native_id, None)
+            self._drop(native_id)
+
+    def _drop(self, native_id: uuid.UUID) -> Failure | None:
+        failure = self._failures.pop(native_id, None)
+        if failure is not None:
+            self.text_size -= _text_size(failure)
+            self._uncut.pop(native_id, None)
+        return failure
+
+    def _cut(self, native_id: uuid.UUID) -> None:
+        """Keep the head of the message and the tail of the stack trace (its last frames and
+        the exception line); the record keeps its place in the LRU order."""
+        del self._uncut[native_id]
+        failure = self._failures[native_id]
+        trace = failure.stack_trace
+        cut = msgspec.structs.replace(
+            failure, message=failure.message[:CUT_MESSAGE],
+            stack_trace=trace if len(trace) <= CUT_STACK_TRACE else trace[-CUT_STACK_TRACE:],
+        )
+        self._failures[native_id] = cut
+        self.text_size += _text_size(cut) - _text_size(failure)
 
     def __len__(self) -> int:
         return len(self._failures)
+
+
+def _text_size(failure: Failure) -> int:
+    return len(failure.message) + len(failure.stack_trace)
 
 
 class RecoverabilityPolicy:

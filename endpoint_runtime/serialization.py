@@ -80,7 +80,9 @@ class MessageTypes:
         for name in enclosed_type_names(enclosed_types):
             found = self._by_name.get(name)
             if found is not None:
-                if len(self._resolved) < 10_000:  # bounded: headers come from outside
+                # Bounded by count and by size: headers come from outside, and a key is the
+                # whole header (a 100 KB header is resolved each time, never kept).
+                if len(self._resolved) < 1_000 and len(enclosed_types) <= 2_048:
                     self._resolved[enclosed_types] = found
                 return found
         raise UnknownMessageTypeError(enclosed_types)
