@@ -21,6 +21,7 @@ import structlog
 
 from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.peeker import DeploymentConfig, DeploymentStatus, PeekerActor
+from endpoint_runtime.connection_budget import check_connection_budget
 from endpoint_runtime.embedded import resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint, outbox_storage
 from endpoint_runtime.errors import ConfigurationError
@@ -73,6 +74,8 @@ class EndpointDeployment:
         transport_settings = msgspec.structs.replace(transport_settings, dsn=dsn)
         settings = msgspec.structs.replace(settings, transport=transport_settings)
         async with PostgresTransport.connect(transport_settings) as transport:
+            async with transport.pool.acquire() as connection:  # before anything is created
+                await check_connection_budget(connection, settings, endpoint=endpoint.name)
             await transport.create_queue(endpoint.address)
             await transport.create_queue(
                 QueueAddress.parse(settings.error_queue, transport_settings.schema)

@@ -23,6 +23,7 @@ import structlog
 from endpoint_runtime.actors import scaling
 from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
+from endpoint_runtime.connection_budget import PEEKER_POOL_SIZE
 from endpoint_runtime.delayed.mover import DelayedMessageMover
 from endpoint_runtime.endpoint import load_endpoint, outbox_storage
 from endpoint_runtime.logging import configure_logging
@@ -169,7 +170,7 @@ class Peeker:
         self.critical_error = None
 
     async def start(self) -> None:
-        self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=4)
+        self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=PEEKER_POOL_SIZE)
         # One LISTEN connection for the peeker and the mover: PostgreSQL signals every
         # listening backend on each NOTIFY in the database, so fewer listeners cost less.
         self._listener = Listener(self.config.dsn)

@@ -23,6 +23,7 @@ import ray
 import structlog
 
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
+from endpoint_runtime.connection_budget import receiver_pool_size
 from endpoint_runtime.delayed.store import CircuitBreakingStore
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import RecoverabilityFailedError
@@ -143,7 +144,7 @@ class Receiver:
             )
         max_slots = settings.slots_per_receiver
         self._pool = await connect_pool(
-            self.config.dsn, min_size=1, max_size=max_slots * 2 + 1
+            self.config.dsn, min_size=1, max_size=receiver_pool_size(max_slots)
         )
         self._strategy = endpoint.create_strategy(self._pipeline, self._pool, settings)
         if settings.transport.notify_on_send:
