@@ -14,6 +14,7 @@ from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transactions.outbox import OutboxStrategy
 from endpoint_runtime.transport import PostgresTransport
 from tests.integration.test_outbox import counts, drain, prepare
+from tests.support.expiry import send_expiring, wait_until_expired
 from tests.support.outbox_endpoints import PayInvoice, receipts
 
 HANDLED = Round(taken=1, handled=1)
@@ -44,6 +45,34 @@ async def test_acks_commit_once_per_group_while_each_dispatch_commits_at_once(
     records = await transport.pool.fetchval(
         'SELECT count(*) FROM "receipts_OutboxData" WHERE dispatched AND operations IS NULL')
     assert records == 4
+
+
+@pytest.mark.parametrize("pessimistic", [False, True])
+async def test_a_message_that_expires_while_acks_wait_is_not_handled(
+    transport: PostgresTransport, pessimistic: bool,
+) -> None:
+    """The group's receive transaction stays open over several messages; a message that
+    expires while it is open is deleted by the next receive and never handled."""
+    await prepare(transport, receipts)
+    settings = msgspec.structs.replace(
+        receipts.settings, outbox=OutboxSettings(pessimistic=pessimistic, acks_per_commit=3))
+    strategy = receipts.create_strategy(receipts.create_pipeline(), transport.pool, settings)
+    assert isinstance(strategy, OutboxStrategy)
+    await send(transport, "a")
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == HANDLED
+        assert await transport.depth("receipts") == 1  # the ack waits: the transaction is open
+        await send_expiring(transport, "receipts", PayInvoice("expired"))
+        await send(transport, "b")
+        await wait_until_expired(transport, "receipts", count=1)
+
+        assert await strategy.receive_round(connection) == HANDLED
+        await strategy.slot_ended(connection)
+
+    paid = await transport.pool.fetch("SELECT invoice FROM paid_invoices ORDER BY invoice")
+    assert [row["invoice"] for row in paid] == ["a", "b"]
+    assert await transport.depth("receipts") == 0
+    assert strategy.handler_runs == 2
 
 
 async def test_an_empty_queue_commits_the_waiting_acks(transport: PostgresTransport) -> None:

@@ -16,6 +16,7 @@ from endpoint_runtime.transport import PostgresTransport, sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import QueueConnection
 from tests.support.atomic_endpoints import Done, Job, ledger
+from tests.support.expiry import send_expiring, wait_until_expired
 
 
 async def prepare(transport: PostgresTransport) -> SingleMessageStrategy:
@@ -73,6 +74,27 @@ async def test_a_handled_message_begins_the_next_transaction_and_the_slot_end_cl
         assert not connection.is_in_transaction()
 
     assert [done.n for done in await bodies(transport, "ledger_out")] == [0, 1, 2, 3]
+
+
+async def test_a_message_that_expires_in_the_carried_transaction_is_not_handled(
+    transport: PostgresTransport,
+) -> None:
+    """The COMMIT of one message begins the next receive's transaction; a message that
+    expires after that BEGIN, before the receive, is deleted and never handled."""
+    strategy = await prepare(transport)
+    await transport.send("ledger_in", create_outgoing(Job(1)))
+    async with transport.pool.acquire() as connection:
+        assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
+        assert connection.is_in_transaction()  # carried: it began with the COMMIT
+        await send_expiring(transport, "ledger_in", Job(2))
+        await transport.send("ledger_in", create_outgoing(Job(3)))
+        await wait_until_expired(transport, "ledger_in", count=1)
+
+        assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
+        await strategy.slot_ended(connection)
+
+    assert [done.n for done in await bodies(transport, "ledger_out")] == [1, 3]
+    assert await transport.depth("ledger_in") == 0
 
 
 async def test_sends_travel_as_one_prepared_statement_per_session_and_queue(

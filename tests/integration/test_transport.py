@@ -14,6 +14,7 @@ from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.messages import Headers, PoisonMessage, TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport import PostgresTransport, QueueAddress, receiving, sending
+from tests.support.expiry import send_expiring, wait_until_expired
 
 
 class OrderPlaced(msgspec.Struct):
@@ -84,7 +85,7 @@ async def test_expired_messages_are_never_returned(transport: PostgresTransport)
     short = create_outgoing(OrderPlaced(1), time_to_be_received=timedelta(milliseconds=1))
     lasting = create_outgoing(OrderPlaced(2), time_to_be_received=timedelta(hours=1))
     await transport.send_many(address, [short, lasting])
-    await _wait_until_expired(transport, address, count=1)
+    await wait_until_expired(transport, address, count=1)
 
     received = await transport.receive(address)
 
@@ -93,6 +94,47 @@ async def test_expired_messages_are_never_returned(transport: PostgresTransport)
     assert received.headers[Headers.TIME_TO_BE_RECEIVED] == "01:00:00.0000000"
     assert await transport.receive(address) is None
     assert await transport.depth(address) == 0  # the expired row was deleted on the way
+
+
+async def test_a_batched_receive_never_returns_expired_messages(
+    transport: PostgresTransport,
+) -> None:
+    address = await transport.create_queue("ttbr_batch")
+    short = [create_outgoing(OrderPlaced(n), time_to_be_received=timedelta(milliseconds=1))
+             for n in (1, 3)]
+    lasting = [create_outgoing(OrderPlaced(2), time_to_be_received=timedelta(hours=1)),
+               create_outgoing(OrderPlaced(4))]
+    await transport.send_many(address, [short[0], lasting[0], short[1], lasting[1]])
+    await wait_until_expired(transport, address, count=2)
+
+    async with transport.pool.acquire() as connection, connection.transaction():
+        batch = await receiving.receive_batch(connection, address, 10)
+
+    assert [m.message_id for m in batch] == [m.message_id for m in lasting]
+    assert await transport.depth(address) == 0  # the expired rows were deleted on the way
+
+
+@pytest.mark.parametrize("batched", [False, True])
+async def test_a_receive_in_an_old_transaction_skips_what_expired_since_it_began(
+    transport: PostgresTransport, batched: bool,
+) -> None:
+    """Expiry is judged at the receive's own statement, not at its transaction's start
+    (``now()``): receive transactions can be older than the messages they take."""
+    address = await transport.create_queue("ttbr_old")
+    async with transport.pool.acquire() as connection, connection.transaction():
+        await connection.execute("SELECT 1")  # the transaction has begun, and has a start
+        await send_expiring(transport, address, OrderPlaced(1))
+        live = create_outgoing(OrderPlaced(2))
+        await transport.send(address, live)
+        await wait_until_expired(transport, address, count=1)
+
+        if batched:
+            received = await receiving.receive_batch(connection, address, 10)
+        else:
+            received = [m for m in [await receiving.receive(connection, address)] if m]
+
+    assert [m.message_id for m in received] == [live.message_id]
+    assert await transport.depth(address) == 0
 
 
 async def test_purge_expired_removes_only_expired_rows(transport: PostgresTransport) -> None:
@@ -104,7 +146,7 @@ async def test_purge_expired_removes_only_expired_rows(transport: PostgresTransp
     kept = [create_outgoing(OrderPlaced(100)),
             create_outgoing(OrderPlaced(101), time_to_be_received=timedelta(days=1))]
     await transport.send_many(address, doomed + kept)
-    await _wait_until_expired(transport, address, count=25)
+    await wait_until_expired(transport, address, count=25)
 
     removed = await transport.purge_expired(address)
 
@@ -125,7 +167,7 @@ async def test_purge_expired_works_in_batches(database_dsn: str) -> None:
             create_outgoing(OrderPlaced(i), time_to_be_received=timedelta(milliseconds=1))
             for i in range(30)
         ])
-        await _wait_until_expired(transport, address, count=30)
+        await wait_until_expired(transport, address, count=30)
         assert await transport.purge_expired(address) == 30
         assert await transport.depth(address) == 0
 
@@ -283,16 +325,3 @@ async def test_send_many_sends_into_the_callers_transaction(transport: PostgresT
                                 [create_outgoing(OrderPlaced(i)) for i in range(3)])
         await transaction.rollback()
     assert await transport.depth(address) == 0
-
-
-async def _wait_until_expired(
-    transport: PostgresTransport, address: QueueAddress, count: int, limit_s: float = 5.0
-) -> None:
-    """Wait, by the database's own clock, until ``count`` rows have expired."""
-    deadline = asyncio.get_running_loop().time() + limit_s
-    query = (f"SELECT count(*) FROM {address.qualified} "
-             "WHERE expires < (now() AT TIME ZONE 'UTC')")
-    while await transport.pool.fetchval(query) < count:
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{count} rows did not expire within {limit_s} s")
-        await asyncio.sleep(0.01)
