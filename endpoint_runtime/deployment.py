@@ -22,7 +22,7 @@ import structlog
 from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.peeker import DeploymentConfig, DeploymentStatus, PeekerActor
 from endpoint_runtime.connection_budget import check_connection_budget
-from endpoint_runtime.embedded import resolve_dsn
+from endpoint_runtime.embedded import RedactedDsn, resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint, outbox_storage
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
@@ -70,7 +70,8 @@ class EndpointDeployment:
                 f"a deployment cannot move it to {transport_settings.schema!r} (set the "
                 "schema in the Endpoint's own settings instead)"
             )
-        dsn = await asyncio.to_thread(resolve_dsn, transport_settings.dsn)
+        # Its repr hides the password: the DSN travels in configs, to Ray actors, into reprs.
+        dsn = RedactedDsn(await asyncio.to_thread(resolve_dsn, transport_settings.dsn))
         transport_settings = msgspec.structs.replace(transport_settings, dsn=dsn)
         settings = msgspec.structs.replace(settings, transport=transport_settings)
         async with PostgresTransport.connect(transport_settings) as transport:

@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import structlog
 
@@ -24,24 +24,47 @@ log = structlog.get_logger(__name__)
 LIBPQ_VARIABLES = ("PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSERVICE")
 EMBEDDED_MAX_CONNECTIONS = 400
 
-_PASSWORD_IN_KEYWORDS = re.compile(r"(password\s*=\s*)(\S+)", re.IGNORECASE)
+# A keyword DSN's settings: key = value, the value bare or in single quotes (in which \\ escapes
+# the next character; an unterminated quote runs to the end).
+_KEYWORD_SETTING = re.compile(r"(?P<key>[A-Za-z_]\w*)(?P<equals>\s*=\s*)"
+                              r"(?P<value>'(?:\\.|[^\\'])*(?:'|\\?$)|[^\s']\S*|)")
+_SECRET_KEYS = frozenset({"password", "sslpassword"})
+REDACTED = "***"
 
 
 def redact_dsn(dsn: str) -> str:
-    """The DSN with any password replaced by ``***`` (URL or keyword form)."""
+    """The DSN with every password replaced by ``***``: the URL's user info, ``password=`` in
+    its query string, and keyword settings, quoted values (spaces, escaped quotes) included.
+    Also fit for error messages that quote a DSN."""
     if "://" in dsn:
         parts = urlsplit(dsn)
         if parts.password is not None:
             user = parts.username or ""
-            host = parts.hostname or ""
-            port = f":{parts.port}" if parts.port else ""
-            netloc = f"{user}:***@{host}{port}"
-            parts = parts._replace(netloc=netloc)
-        query = _PASSWORD_IN_KEYWORDS.sub(r"\1***", parts.query.replace("&", " ")).replace(
-            " ", "&"
+            host = parts.netloc.rpartition("@")[2]
+            parts = parts._replace(netloc=f"{user}:{REDACTED}@{host}")
+        query = "&".join(
+            f"{pair.partition('=')[0]}={REDACTED}" if _is_secret(pair.partition("=")[0]) else pair
+            for pair in parts.query.split("&")
         )
         return urlunsplit(parts._replace(query=query))
-    return _PASSWORD_IN_KEYWORDS.sub(r"\1***", dsn)
+    return _KEYWORD_SETTING.sub(
+        lambda m: f"{m['key']}{m['equals']}{REDACTED}" if _is_secret(m["key"]) else m[0], dsn
+    )
+
+
+def _is_secret(key: str) -> bool:
+    return unquote(key).strip().lower() in _SECRET_KEYS
+
+
+class RedactedDsn(str):
+    """A DSN whose ``repr`` hides its password: in a config struct's repr, a traceback, a
+    log line or a Ray actor's error, only ``***`` shows (``str()`` is the DSN itself, which
+    the driver needs)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return repr(redact_dsn(str(self)))
 
 
 def data_dir() -> Path:
