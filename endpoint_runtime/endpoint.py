@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar, overload
 
 import asyncpg
@@ -242,6 +242,13 @@ class Endpoint(Sender):
         if settings.batch_size > 1:
             return BatchedAtomicStrategy(pipeline, pool, settings.batch_size)
         return atomic_strategy(pipeline, pool)
+
+    def background_tasks(
+        self, pool: asyncpg.Pool, settings: EndpointSettings
+    ) -> list[Coroutine[Any, Any, None]]:
+        """Periodic work the deployment's peeker runs beside the receivers, cancelled at its
+        stop (none here; built-in endpoints such as ingestion add theirs)."""
+        return []
 
     def enable_outbox(self, **options: Any) -> OutboxSettings:
         """Turn the outbox on (any :class:`OutboxSettings` field as a keyword option).

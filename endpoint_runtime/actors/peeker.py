@@ -117,6 +117,8 @@ class Peeker:
         self._mover_task: asyncio.Task[None] | None = None
         self._cleaner: OutboxCleaner | None = None
         self._cleaner_task: asyncio.Task[None] | None = None
+        self._background: list[asyncio.Task[None]] = []
+        """The endpoint's own periodic work (``Endpoint.background_tasks``)."""
         self.critical_error: str | None = None
         self.last_critical_error: str | None = None
         self._halted = False
@@ -212,6 +214,8 @@ class Peeker:
                 self.on_critical_error,
             )
             self._cleaner_task = asyncio.get_running_loop().create_task(self._cleaner.run())
+        self._background = [asyncio.get_running_loop().create_task(work) for work in
+                            endpoint.background_tasks(self._pool, self.settings)]
         store = endpoint.delayed_store
         if store is None or not self.settings.delayed_delivery.enabled:
             return
@@ -401,6 +405,9 @@ class Peeker:
             self._cleaner.stop()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._cleaner_task
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self._mover is not None and self._mover_task is not None:
             await self._mover.stop()
             self._mover_task.cancel()

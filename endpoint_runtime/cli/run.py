@@ -47,11 +47,16 @@ def add_parser(
     )
     run.add_argument("endpoint", metavar="MODULE:ATTR",
                      help="the Endpoint to run, e.g. handlers_examples.sales:endpoint")
-    run.add_argument("--max-concurrency", type=positive_int, metavar="N",
-                     help="most messages in flight for this deployment")
-    run.add_argument("--status-interval", type=positive_float, default=5.0, metavar="S",
-                     help="seconds between status lines (default 5)")
+    add_deployment_options(run)
     run.set_defaults(handler=run_command, log_level="info")
+
+
+def add_deployment_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a command that runs a deployment (``run``, ``ingest``)."""
+    parser.add_argument("--max-concurrency", type=positive_int, metavar="N",
+                        help="most messages in flight for this deployment")
+    parser.add_argument("--status-interval", type=positive_float, default=5.0, metavar="S",
+                        help="seconds between status lines (default 5)")
 
 
 async def run_command(args: argparse.Namespace, settings: TransportSettings) -> int:

@@ -1,0 +1,110 @@
+-- Operational data: audit copies and failed messages as typed rows, for reports (the PySpark
+-- job of endpoint_runtime.analytics) and for people. Placeholders: {audit_log}, {error_log},
+-- {progress}, {error_queue} (quoted "schema"."table"), and {*_idx} index names.
+
+-- create_tables --
+CREATE TABLE IF NOT EXISTS {audit_log} (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    message_id text NOT NULL,
+    message_type text,
+    intent text,
+    sending_endpoint text,
+    sending_machine text,
+    processing_endpoint text,
+    processing_machine text,
+    conversation_id text,
+    related_to text,
+    time_sent timestamptz,
+    processing_started timestamptz,
+    processing_ended timestamptz,
+    processing_time_ms double precision,
+    critical_time_ms double precision,
+    body_size integer NOT NULL,
+    retries integer NOT NULL,
+    headers text NOT NULL,
+    ingested_at timestamptz NOT NULL DEFAULT statement_timestamp()
+);
+CREATE INDEX IF NOT EXISTS {audit_ended_idx} ON {audit_log} (processing_ended);
+CREATE INDEX IF NOT EXISTS {audit_ingested_idx} ON {audit_log} (ingested_at);
+CREATE TABLE IF NOT EXISTS {error_log} (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    source text NOT NULL,
+    native_id uuid,
+    queue_seq bigint,
+    message_id text,
+    message_type text,
+    intent text,
+    sending_endpoint text,
+    processing_endpoint text,
+    processing_machine text,
+    failed_queue text,
+    conversation_id text,
+    related_to text,
+    time_sent timestamptz,
+    time_of_failure timestamptz,
+    retries integer NOT NULL,
+    exception_type text,
+    exception_message text,
+    body_size integer NOT NULL,
+    headers text NOT NULL,
+    reason text,
+    ingested_at timestamptz NOT NULL DEFAULT statement_timestamp()
+);
+CREATE UNIQUE INDEX IF NOT EXISTS {error_row_idx} ON {error_log} (source, native_id, queue_seq);
+CREATE INDEX IF NOT EXISTS {error_failed_idx} ON {error_log} (time_of_failure);
+CREATE INDEX IF NOT EXISTS {error_ingested_idx} ON {error_log} (ingested_at);
+CREATE TABLE IF NOT EXISTS {progress} (
+    queue text PRIMARY KEY,
+    last_seq bigint NOT NULL
+);
+
+-- insert_audit --
+INSERT INTO {audit_log} (message_id, message_type, intent, sending_endpoint, sending_machine,
+    processing_endpoint, processing_machine, conversation_id, related_to, time_sent,
+    processing_started, processing_ended, processing_time_ms, critical_time_ms, body_size,
+    retries, headers)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[],
+    $7::text[], $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[],
+    $12::timestamptz[], $13::float8[], $14::float8[], $15::int[], $16::int[], $17::text[]);
+
+-- insert_errors --
+-- A failed message is recorded once per row of its queue (native id and seq): a scan that
+-- sees it again adds nothing.
+INSERT INTO {error_log} (source, native_id, queue_seq, message_id, message_type, intent,
+    sending_endpoint, processing_endpoint, processing_machine, failed_queue, conversation_id,
+    related_to, time_sent, time_of_failure, retries, exception_type, exception_message,
+    body_size, headers, reason)
+SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+    $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
+    $13::timestamptz[], $14::timestamptz[], $15::int[], $16::text[], $17::text[], $18::int[],
+    $19::text[], $20::text[])
+ON CONFLICT (source, native_id, queue_seq) DO NOTHING;
+
+-- add_progress --
+INSERT INTO {progress} (queue, last_seq) VALUES ($1, 0) ON CONFLICT (queue) DO NOTHING;
+
+-- lock_progress --
+-- One ingesting process at a time scans the error queue: the others skip it.
+SELECT last_seq FROM {progress} WHERE queue = $1 FOR UPDATE SKIP LOCKED;
+
+-- scan_error_queue --
+-- The rows stay (errors retry still finds them). $1 lies a margin below the last seq seen: a
+-- row whose insert committed late, below a seq already seen, is still found.
+SELECT q.id, q.seq, q.headers, octet_length(q.body) AS body_size FROM {error_queue} q
+WHERE q.seq > $1
+  AND NOT EXISTS (SELECT FROM {error_log} l
+                  WHERE l.source = $3 AND l.native_id = q.id AND l.queue_seq = q.seq)
+ORDER BY q.seq LIMIT $2;
+
+-- set_progress --
+UPDATE {progress} SET last_seq = greatest(last_seq, $2) WHERE queue = $1;
+
+-- clean_audit_log --
+DELETE FROM {audit_log} WHERE id = ANY (ARRAY(
+    SELECT id FROM {audit_log}
+    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1) LIMIT 10000));
+
+-- clean_error_log --
+DELETE FROM {error_log} WHERE id = ANY (ARRAY(
+    SELECT id FROM {error_log}
+    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1) LIMIT 10000));

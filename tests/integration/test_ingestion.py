@@ -1,0 +1,148 @@
+"""Ingestion of audit copies and failed messages into audit_log and error_log (real
+PostgreSQL, driven through the ingestion endpoint's receive strategy and storage, no Ray)."""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+
+from endpoint_runtime import Endpoint
+from endpoint_runtime.ingestion import IngestionEndpoint
+from endpoint_runtime.messages import Headers, encode_headers, from_wire_time
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from tests.integration.test_publish_subscribe import drain, prepare
+from tests.support import pubsub_endpoints
+from tests.support.pubsub_endpoints import PlaceOrder
+
+ingestion = IngestionEndpoint("audit")
+
+
+async def ingest(transport: PostgresTransport) -> None:
+    async with transport.pool.acquire() as connection:
+        await ingestion.data.setup(connection)
+    await drain(transport, ingestion)
+
+
+async def test_audit_copies_become_typed_rows_that_match_their_headers(
+    transport: PostgresTransport,
+) -> None:
+    publisher: Endpoint = pubsub_endpoints.atomic
+    await prepare(transport, publisher)
+    sent = create_outgoing(PlaceOrder("o-1"), originating_endpoint="shop",
+                           headers={"NServiceBus.Retries": "2"})
+    await transport.send(publisher.name, sent)
+    await drain(transport, publisher)
+    copy = await transport.pool.fetchval("SELECT headers FROM audit")
+    headers = msgspec.json.decode(copy, type=dict[str, str])
+
+    await ingest(transport)
+
+    assert await transport.depth("audit") == 0
+    row = await transport.pool.fetchrow("SELECT * FROM audit_log")
+    assert row["message_id"] == sent.message_id
+    assert row["message_type"] == headers[Headers.ENCLOSED_MESSAGE_TYPES]
+    assert row["intent"] == "Send"
+    assert row["sending_endpoint"] == "shop"
+    assert row["processing_endpoint"] == publisher.name
+    assert row["processing_machine"] == headers[Headers.PROCESSING_MACHINE]
+    assert row["conversation_id"] == headers[Headers.CONVERSATION_ID]
+    assert row["time_sent"] == from_wire_time(headers[Headers.TIME_SENT])
+    started = from_wire_time(headers[Headers.PROCESSING_STARTED])
+    ended = from_wire_time(headers[Headers.PROCESSING_ENDED])
+    assert (row["processing_started"], row["processing_ended"]) == (started, ended)
+    assert row["processing_time_ms"] == (ended - started).total_seconds() * 1000
+    assert row["critical_time_ms"] == (
+        ended - from_wire_time(headers[Headers.TIME_SENT])).total_seconds() * 1000
+    assert row["body_size"] == len(sent.body)
+    assert row["retries"] == 2
+    assert row["headers"] == copy
+
+
+async def test_malformed_audit_copies_go_to_error_log_with_a_reason_and_ingestion_goes_on(
+    transport: PostgresTransport,
+) -> None:
+    await transport.create_queue("audit")
+    good = create_outgoing(PlaceOrder("ok"), headers={
+        Headers.PROCESSING_STARTED: "2026-11-23 10:00:00:000000 Z",
+        Headers.PROCESSING_ENDED: "2026-11-23 10:00:00:250000 Z"})
+    no_times = create_outgoing(PlaceOrder("no-times"))
+    bad_time = create_outgoing(PlaceOrder("bad-time"), headers={
+        Headers.PROCESSING_STARTED: "yesterday\x1b[31m",
+        Headers.PROCESSING_ENDED: "2026-11-23 10:00:00:250000 Z"})
+    for message in (no_times, good, bad_time):
+        await transport.send("audit", message)
+    poison_id = uuid.uuid4()
+    await transport.pool.execute("INSERT INTO audit (id, headers, body) VALUES ($1, $2, $3)",
+                                 poison_id, "{not json", b"x" * 70_000)
+
+    await ingest(transport)
+
+    assert await transport.pool.fetchval("SELECT array_agg(message_id) FROM audit_log") == [
+        good.message_id]
+    assert await transport.pool.fetchval("SELECT processing_time_ms FROM audit_log") == 250.0
+    rows = await transport.pool.fetch(
+        "SELECT message_id, native_id, reason, body_size, source FROM error_log ORDER BY id")
+    reasons = {row["message_id"] or str(row["native_id"]): row["reason"] for row in rows}
+    assert "no NServiceBus.ProcessingStarted" in reasons[no_times.message_id]
+    assert "not a wire time" in reasons[bad_time.message_id]
+    assert reasons[str(poison_id)].startswith("malformed audit copy: ")
+    assert {row["source"] for row in rows} == {"public.audit"}
+    assert await transport.depth("audit") == 0
+
+
+async def test_the_error_queue_is_recorded_once_per_row_and_its_rows_stay(
+    transport: PostgresTransport,
+) -> None:
+    await transport.create_queue("error")
+    data = ingestion.data
+    async with transport.pool.acquire() as connection:
+        await data.setup(connection)
+
+    async def fail(n: int) -> str:
+        message = create_outgoing(PlaceOrder(f"o-{n}"), originating_endpoint="shop")
+        headers = {**message.headers, ErrorHeaders.FAILED_QUEUE: "sales",
+                   ErrorHeaders.EXCEPTION_TYPE: "builtins.ValueError",
+                   ErrorHeaders.MESSAGE: f"bad order {n}",
+                   ErrorHeaders.TIME_OF_FAILURE: "2026-11-23 10:00:01:000000 Z"}
+        await transport.pool.execute(
+            "INSERT INTO error (id, headers, body) VALUES ($1, $2, $3)",
+            uuid.UUID(message.message_id), encode_headers(headers), message.body)
+        return message.message_id
+
+    first = [await fail(n) for n in range(3)]
+    error_queue = QueueAddress("error")
+    async with transport.pool.acquire() as connection:
+        assert await data.record_error_queue(connection, error_queue) == 3
+        assert await data.record_error_queue(connection, error_queue) == 0  # once per row
+        later = await fail(3)
+        assert await data.record_error_queue(connection, error_queue) == 1
+
+    assert await transport.depth("error") == 4  # still there for `errors retry`
+    rows = await transport.pool.fetch(
+        "SELECT message_id, failed_queue, exception_type, exception_message, time_of_failure, "
+        "sending_endpoint, reason FROM error_log ORDER BY id")
+    assert [row["message_id"] for row in rows] == [*first, later]
+    assert rows[0]["failed_queue"] == "sales"
+    assert rows[0]["exception_type"] == "builtins.ValueError"
+    assert rows[0]["exception_message"] == "bad order 0"
+    assert rows[0]["time_of_failure"] == from_wire_time("2026-11-23 10:00:01:000000 Z")
+    assert rows[0]["sending_endpoint"] == "shop"
+    assert rows[0]["reason"] is None
+
+
+async def test_old_rows_are_cleaned_up(transport: PostgresTransport) -> None:
+    await transport.create_queue("audit")
+    await transport.send("audit", create_outgoing(PlaceOrder("ok"), headers={
+        Headers.PROCESSING_STARTED: "2026-11-23 10:00:00:000000 Z",
+        Headers.PROCESSING_ENDED: "2026-11-23 10:00:00:250000 Z"}))
+    await ingest(transport)
+    await transport.pool.execute("UPDATE audit_log SET ingested_at = now() - interval '2 days'")
+
+    async with transport.pool.acquire() as connection:
+        await ingestion.data.clean_up(connection, keep_seconds=86_400 * 3)
+        assert await transport.pool.fetchval("SELECT count(*) FROM audit_log") == 1
+        await ingestion.data.clean_up(connection, keep_seconds=86_400)
+    assert await transport.pool.fetchval("SELECT count(*) FROM audit_log") == 0
