@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import time
+import itertools
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import asyncpg
 import msgspec
@@ -17,7 +18,7 @@ from endpoint_runtime.error_queue import retry_failed
 from endpoint_runtime.messages import OutgoingMessage, TransportMessage, from_wire_time
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders, RetryHeaders
-from endpoint_runtime.transport import PostgresTransport
+from endpoint_runtime.transport import PostgresTransport, QueueAddress
 from tests.e2e.conftest import (
     Deployer,
     count,
@@ -26,6 +27,7 @@ from tests.e2e.conftest import (
     fresh_status,
     wait_for,
 )
+from tests.support.arrivals import arrivals, assert_on_time, record_arrivals
 from tests.support.recoverability_endpoints import HOOK_DIR, Attempt, Charge
 
 pytestmark = pytest.mark.ray
@@ -35,7 +37,9 @@ MODULE = "tests.support.recoverability_endpoints"
 @pytest.fixture
 async def db(database_dsn: str) -> AsyncIterator[PostgresTransport]:
     async with PostgresTransport.connect(TransportSettings(dsn=database_dsn)) as transport:
-        await create_queues(transport, "attempts", "error")
+        await create_queues(transport, "attempts", "error", "retrying")
+        await record_arrivals(transport.pool, QueueAddress("retrying"),
+                              QueueAddress("retrying.delayed"))
         await transport.pool.execute("""
             CREATE TABLE charges (key text);
             CREATE TABLE reminders (key text, at timestamptz DEFAULT clock_timestamp());
@@ -71,6 +75,14 @@ async def test_immediate_then_delayed_retries_then_error_queue(
     assert headers["NServiceBus.ProcessingEndpoint"] == "retrying"
     from_wire_time(headers[ErrorHeaders.TIME_OF_FAILURE])
     assert await count(db.pool, "SELECT count(*) FROM charges") == 0
+    # Each delayed retry: due delayed_retry_delay x n (0.3 s) after the delivery that failed,
+    # and not delivered before that, both by the database's clock.
+    deliveries = await arrivals(db.pool, delayed_only=False)
+    assert [a.due is not None for a in deliveries] == [False, True, True]
+    for n, (before, retry) in enumerate(itertools.pairwise(deliveries), 1):
+        assert_on_time(retry)
+        assert retry.due is not None
+        assert retry.due - before.arrived >= timedelta(seconds=0.3 * n)
 
 
 async def test_unrecoverable_exception_goes_straight_to_the_error_queue(
@@ -106,21 +118,30 @@ async def test_handler_asks_for_a_delayed_retry_or_discards(
     assert await db.depth("error") == 0  # the discarded message left no error copy
     assert await db.depth("retrying") == 0
     assert await count(db.pool, "SELECT count(*) FROM charges WHERE key = 'drop'") == 0
+    first, *_ = await arrivals(db.pool, delayed_only=False)  # "later", sent first
+    [retry] = await arrivals(db.pool)
+    assert_on_time(retry)
+    assert retry.due is not None
+    assert retry.due - first.arrived >= timedelta(seconds=0.5)  # RetryLater's delay
 
 
 async def test_handler_defers_a_message_through_the_runtime(
     db: PostgresTransport, deployer: Deployer
 ) -> None:
     await deployer.start("retrying", module=MODULE)
-    sent = time.time()
     await db.send("retrying", _outgoing(Charge("remind-me", "defer")))
 
     await wait_for(lambda: count(db.pool, "SELECT count(*) FROM reminders"), timeout=15,
                    what="the deferred reminder")
 
-    handled_at = float(await db.pool.fetchval("SELECT extract(epoch FROM at) FROM reminders"))
-    assert handled_at - sent >= 0.6  # never before it is due
-    assert handled_at - sent < 0.6 + 1.5  # and soon after
+    # By the database's clock: the reminder is due 0.6 s after the charge arrived, it
+    # arrived no earlier than that, and its handler ran after it arrived.
+    charge, reminder = await arrivals(db.pool, delayed_only=False)
+    assert_on_time(reminder)
+    assert reminder.due is not None
+    assert reminder.due - charge.arrived >= timedelta(seconds=0.6)
+    handled_at = await db.pool.fetchval("SELECT at FROM reminders")
+    assert handled_at >= reminder.arrived
 
 
 async def test_replay_from_the_error_queue_after_a_fix(
