@@ -28,6 +28,7 @@ from endpoint_runtime.messages import (
     to_wire_time,
     utc_now,
 )
+from endpoint_runtime.metrics import UNKNOWN_TYPE, Metrics
 from endpoint_runtime.recoverability import (
     Action,
     Decision,
@@ -38,6 +39,7 @@ from endpoint_runtime.recoverability import (
     delayed_retry_headers,
     error_copy,
 )
+from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import SubscriptionStore
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
@@ -87,6 +89,9 @@ class Pipeline:
         self.delayed_store = delayed_store
         self.failures = FailedMessages()
         self.stats = ProcessingStats()
+        self.metrics = Metrics()
+        """Replaced by :class:`~endpoint_runtime.metrics.RayMetrics` in receiver actors."""
+        self._type_tags: dict[type, str] = {}
         self._failed_handler_limits: dict[uuid.UUID, RetryLimits] = {}
 
     def bind_log_context(self, message: TransportMessage | PoisonMessage) -> None:
@@ -98,6 +103,20 @@ class Pipeline:
             message.message_id if isinstance(message, TransportMessage) else str(message.native_id),
             (failure.attempts if failure else 0) + 1,
         )
+
+    def _type_tag(self, message_type: type) -> str:
+        tag = self._type_tags.get(message_type)
+        if tag is None:  # registered types only: a bounded set
+            tag = self._type_tags[message_type] = message_type_name(message_type)
+        return tag
+
+    def _type_tag_of(self, message: TransportMessage) -> str:
+        """The metrics tag of a message's type: a registered type's name, else "unknown"."""
+        try:
+            return self._type_tag(self.registry.message_types.resolve(
+                message.headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "")))
+        except UnknownMessageTypeError:
+            return UNKNOWN_TYPE
 
     def new_context(
         self, message: TransportMessage, dispatcher: OutgoingDispatcher,
@@ -134,6 +153,7 @@ class Pipeline:
             await context.dispatch_audit_copy(self.audit_address)
         self.stats.processing_seconds += ended - started
         self.stats.processed += 1
+        self.metrics.processed(self._type_tag(message_type), started, ended, message.headers)
         self.stats.consecutive_failures = 0
 
     def record_failure(self, message: TransportMessage, exc: BaseException) -> Failure:
@@ -145,6 +165,8 @@ class Pipeline:
         self.stats.failed += 1
         self.stats.consecutive_failures += 1
         next_step = self.policy.decide(failure, message.headers).action
+        self.metrics.failed(self._type_tag_of(message),
+                            immediate_retry=next_step is Action.IMMEDIATE_RETRY)
         log.warning(
             "message_failed",
             error=f"{failure.exception_type}: {failure.message[:500]}",
@@ -191,6 +213,7 @@ class Pipeline:
                                   copy.headers, copy.body)
         self.failures.forget(message.native_id)
         self.stats.moved_to_error += 1
+        self.metrics.moved_to_error(self._type_tag_of(message))
         log.error("moved_to_error_queue", error_queue=str(self.error_address),
                   reason=failure.exception_type, attempts=failure.attempts)
 
@@ -211,6 +234,7 @@ class Pipeline:
         else:
             await self.delayed_store.store(executor, delayed)
         self.stats.delayed_retries += 1
+        self.metrics.delayed_retry(self._type_tag_of(message))
         log.warning("delayed_retry_scheduled", delay_s=round(delay, 3),
                     retry=headers["NServiceBus.Retries"])
 
@@ -224,5 +248,6 @@ class Pipeline:
         except Exception as exc:
             raise RecoverabilityFailedError(message.native_id) from exc
         self.stats.moved_to_error += 1
+        self.metrics.moved_to_error(UNKNOWN_TYPE)
         log.error("probable message metadata corruption", native_id=str(message.native_id),
                   reason=message.reason, error_queue=str(self.error_address))

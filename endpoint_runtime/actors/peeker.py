@@ -27,6 +27,7 @@ from endpoint_runtime.connection_budget import PEEKER_POOL_SIZE
 from endpoint_runtime.delayed.mover import DelayedMessageMover
 from endpoint_runtime.endpoint import load_endpoint, outbox_storage
 from endpoint_runtime.logging import configure_logging
+from endpoint_runtime.metrics import RayMetrics
 from endpoint_runtime.outbox import OutboxCleaner
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transport import QueueAddress, connect_pool, receiving
@@ -105,6 +106,7 @@ class Peeker:
         self.settings = config.settings
         self._receivers: list[_Handle] = []
         self._estimate = 0
+        self._metrics = RayMetrics(config.endpoint_name)
         self._idle_since = time.monotonic()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -241,6 +243,7 @@ class Peeker:
         assert self._pool is not None
         cap = self.settings.transport.max_records_to_peek
         self._estimate = await receiving.peek(self._pool, self.config.address, cap)
+        self._metrics.queue_length(self._estimate)
         if self._halted:
             return  # the estimate stays current; nothing is started
         await self._refresh_statuses()

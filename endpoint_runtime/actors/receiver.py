@@ -28,6 +28,7 @@ from endpoint_runtime.delayed.store import CircuitBreakingStore
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import RecoverabilityFailedError
 from endpoint_runtime.logging import configure_logging
+from endpoint_runtime.metrics import RayMetrics
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transport import connect_pool
@@ -132,6 +133,7 @@ class Receiver:
         settings = self.config.settings
         endpoint = self._endpoint = load_endpoint(self.config.endpoint_path)
         self._pipeline = endpoint.create_pipeline(settings)
+        self._pipeline.metrics = RayMetrics(endpoint.name)
         if self._pipeline.delayed_store is not None:
             self._store_breaker = CircuitBreaker(
                 "delayed-store",
@@ -224,6 +226,8 @@ class Receiver:
                 await self._listener.close()
         if self._pool is not None:
             await self._pool.close()
+        if self._endpoint is not None:  # started: its pipeline counted
+            await self._pipeline.metrics.close()
         log.info("receiver_stopped", receiver=self.config.receiver_id)
         return self.status()
 
