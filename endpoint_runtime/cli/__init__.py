@@ -32,7 +32,16 @@ from pathlib import Path
 
 import asyncpg
 
-from endpoint_runtime.cli import database, errors, ingest, queues, run, send, subscriptions
+from endpoint_runtime.cli import (
+    database,
+    errors,
+    ingest,
+    queues,
+    run,
+    send,
+    status,
+    subscriptions,
+)
 from endpoint_runtime.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, PROG, Command
 from endpoint_runtime.errors import EndpointRuntimeError
 from endpoint_runtime.logging import configure_logging
@@ -56,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                         help="TOML settings file (its [transport] table is read)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (run, ingest, send, queues, errors, subscriptions, database):
+    for module in (run, ingest, send, queues, errors, subscriptions, status, database):
         module.add_parser(commands, common)
     return parser
 

@@ -108,3 +108,23 @@ DELETE FROM {audit_log} WHERE id = ANY (ARRAY(
 DELETE FROM {error_log} WHERE id = ANY (ARRAY(
     SELECT id FROM {error_log}
     WHERE ingested_at < statement_timestamp() - make_interval(secs => $1) LIMIT 10000));
+
+-- endpoint_activity --
+-- Per processing endpoint, from the audit copies: messages per second over the last minute,
+-- critical time percentiles over the last $1 seconds.
+SELECT processing_endpoint AS endpoint,
+       count(*) FILTER (WHERE processing_ended > statement_timestamp() - interval '60 s')
+           / 60.0 AS per_second,
+       percentile_cont(0.5) WITHIN GROUP (ORDER BY critical_time_ms) AS critical_p50_ms,
+       percentile_cont(0.95) WITHIN GROUP (ORDER BY critical_time_ms) AS critical_p95_ms
+FROM {audit_log}
+WHERE processing_ended > statement_timestamp() - make_interval(secs => $1)
+  AND processing_endpoint IS NOT NULL
+GROUP BY 1;
+
+-- failed_by_queue --
+-- Messages waiting in the error queue, by the queue they failed in (read from the header text:
+-- rows whose headers do not parse count under NULL).
+SELECT substring(headers FROM '"NServiceBus\.FailedQ"\s*:\s*"((?:[^"\\]|\\.)*)"') AS queue,
+       count(*) AS failed
+FROM {error_queue} GROUP BY 1;
