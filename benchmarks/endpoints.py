@@ -7,6 +7,7 @@ import time
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext
+from endpoint_runtime.ingestion import IngestionEndpoint
 
 SINK = "bench_sink"
 
@@ -72,3 +73,7 @@ async def record_lateness(message: Timed, context: HandlerContext) -> None:
 
 delayed_target = Endpoint("bench_delayed")
 delayed_target.register(record_lateness)
+
+
+# The ingestion benchmark's ingestion endpoint: audit queue bench_audit into audit_log.
+ingestion = IngestionEndpoint("bench_audit", error_queue="bench_error")
