@@ -14,9 +14,16 @@ from endpoint_runtime import TransportSettings
 from endpoint_runtime.messages import Headers
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport import PostgresTransport
-from tests.e2e.conftest import Deployer, count, create_queues, fresh_status, wait_for
+from tests.e2e.conftest import (
+    Deployer,
+    count,
+    create_queues,
+    fresh_status,
+    status_line,
+    wait_for,
+)
 from tests.support.outbox_endpoints import HELD_INVOICE_LOCK, PayInvoice
-from tests.support.recoverability_endpoints import Pay
+from tests.support.recoverability_endpoints import HELD_PAY_LOCK, Pay
 
 pytestmark = pytest.mark.ray
 MODULE = "tests.support.recoverability_endpoints"
@@ -31,7 +38,9 @@ HOLD_PAID_EVENTS = """
         FOR EACH ROW EXECUTE FUNCTION hold_paid_events()"""
 WAITING_FOR_HOLD = """
     SELECT pid FROM pg_locks
-    WHERE locktype = 'advisory' AND objid = $1 AND NOT granted"""  # backends that wait
+    WHERE locktype = 'advisory' AND objid = $1 AND NOT granted
+      AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"""
+# backends of the test's database that wait for the advisory lock $1
 
 
 @pytest.fixture
@@ -45,14 +54,30 @@ async def db(database_dsn: str) -> AsyncIterator[PostgresTransport]:
 async def test_duplicates_across_two_deployments_take_effect_once(
     db: PostgresTransport, deployer: Deployer
 ) -> None:
+    """Two deployments of ``ledger`` (at most 2 messages in flight each) compete on one
+    queue. Four "held" messages wait in their handlers on a lock the test holds: four of
+    them waiting at once is only possible with both deployments taking part."""
     first = await deployer.start("ledger", module=MODULE)
     second = await deployer.start("ledger", module=MODULE)  # same queue, competing
-    invoices = [f"inv-{i}" for i in range(15)]
-    for invoice in invoices:
-        message_id = str(uuid.uuid4())
-        for _ in range(2):  # each message twice, as a redelivering sender would leave it
-            await db.send("ledger", create_outgoing(Pay(invoice),
-                                                    headers={Headers.MESSAGE_ID: message_id}))
+    invoices = [f"held-{i}" for i in range(4)] + [f"inv-{i}" for i in range(11)]
+    message_ids = {invoice: str(uuid.uuid4()) for invoice in invoices}
+
+    async def send(invoice: str) -> None:
+        await db.send("ledger", create_outgoing(
+            Pay(invoice), headers={Headers.MESSAGE_ID: message_ids[invoice]}))
+
+    async with db.pool.acquire() as holder:
+        await holder.execute("SELECT pg_advisory_lock($1)", HELD_PAY_LOCK)
+        for invoice in invoices[:4]:
+            await send(invoice)
+
+        async def four_waiting() -> bool:
+            return len(await db.pool.fetch(WAITING_FOR_HOLD, HELD_PAY_LOCK)) == 4
+
+        await wait_for(four_waiting, timeout=30, what="four held messages in flight at once")
+        await holder.execute("SELECT pg_advisory_unlock($1)", HELD_PAY_LOCK)
+    for invoice in invoices[:4] + invoices[4:] * 2:  # each message twice in all, as a
+        await send(invoice)  # redelivering sender would leave it
 
     async def done() -> bool:
         return await db.depth("ledger") == 0 and await db.depth("paid_events") >= 15
@@ -63,9 +88,11 @@ async def test_duplicates_across_two_deployments_take_effect_once(
     assert await db.depth("paid_events") == 15  # each outgoing message dispatched once
     assert await db.depth("handler_runs") == 15  # pessimistic: each body ran once
     assert await db.depth("error") == 0
-    duplicates = sum([(await first.status(refresh=True)).outbox_duplicates,
-                      (await second.status(refresh=True)).outbox_duplicates])
-    assert duplicates == 15  # every second copy was recognised, by one deployment or other
+    statuses = [await first.status(refresh=True), await second.status(refresh=True)]
+    assert all(status.processed >= 2 for status in statuses), [
+        status_line(status) for status in statuses]  # both took part
+    # Every second copy was recognised, by one deployment or the other.
+    assert sum(status.outbox_duplicates for status in statuses) == 15
 
 
 async def test_killed_between_commit_and_dispatch_dispatches_on_redelivery(

@@ -17,7 +17,7 @@ from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.outbox import OutboxStrategy
 from endpoint_runtime.transactions.single import end_carried_transaction
 from endpoint_runtime.transport import PostgresTransport
-from tests.support.outbox_endpoints import PayInvoice
+from tests.support.outbox_endpoints import HELD_INVOICE_LOCK, PayInvoice
 from tests.support.outbox_endpoints import optimistic as optimistic_endpoint
 from tests.support.outbox_endpoints import pessimistic as pessimistic_endpoint
 
@@ -39,13 +39,13 @@ async def prepare(transport: PostgresTransport, endpoint: Endpoint) -> OutboxStr
 
 
 async def send_duplicates(transport: PostgresTransport, queue: str, copies: int,
-                          pause: float = 0.0, reply_to: str | None = None) -> None:
+                          reply_to: str | None = None, invoice: str = "inv-1") -> None:
     """``copies`` rows (each its own row id) that carry one and the same message id: what
     a sender that retried, or a transport that redelivered, leaves in a queue."""
     message_id = str(uuid.uuid4())
     for _ in range(copies):
         await transport.send(queue, create_outgoing(
-            PayInvoice("inv-1", pause), reply_to=reply_to,
+            PayInvoice(invoice), reply_to=reply_to,
             headers={Headers.MESSAGE_ID: message_id}))
 
 
@@ -91,29 +91,63 @@ async def test_the_same_message_twice_in_a_row_runs_handlers_once(
     assert record["operations"] is None
 
 
-@pytest.mark.parametrize(("endpoint", "max_runs"),
-                         [(optimistic_endpoint, 2), (pessimistic_endpoint, 1)])
+@pytest.mark.parametrize("endpoint", [optimistic_endpoint, pessimistic_endpoint])
 async def test_concurrent_duplicates_write_and_dispatch_once(
-    transport: PostgresTransport, endpoint: Endpoint, max_runs: int
+    transport: PostgresTransport, endpoint: Endpoint
 ) -> None:
+    """Two copies of one message id in flight at once: the first waits in its handler on a
+    lock the test holds while the second is received. Pessimistic: the second blocks on the
+    first's placeholder record (a wait on the first's transaction) and its body never runs.
+    Optimistic: the second's body runs too, and it loses on the record's primary key."""
     strategy = await prepare(transport, endpoint)
-    await send_duplicates(transport, endpoint.name, 2, pause=0.3)
+    await send_duplicates(transport, endpoint.name, 2, invoice="held")
 
     async def one_round() -> None:
         async with transport.pool.acquire() as connection:
             await strategy.receive_round(connection)
             await strategy.slot_ended(connection)
 
-    await asyncio.gather(one_round(), one_round())  # both copies in flight at once
+    async with transport.pool.acquire() as holder:
+        await holder.execute("SELECT pg_advisory_lock($1)", HELD_INVOICE_LOCK)
+        first = asyncio.create_task(one_round())
+        await wait_for_waiters(transport, "advisory", 1)  # the first is in its handler
+        second = asyncio.create_task(one_round())
+        if endpoint is pessimistic_endpoint:
+            # Blocked on the placeholder, while the first is still in its handler.
+            await wait_for_waiters(transport, "transactionid", 1)
+            assert await transport.depth("handler_runs") == 1
+        else:
+            await wait_for_waiters(transport, "advisory", 2)  # both bodies in the handler
+        await holder.execute("SELECT pg_advisory_unlock($1)", HELD_INVOICE_LOCK)
+        await asyncio.gather(first, second)
     await drain(transport, strategy)
 
     payments, ledger, runs = await counts(transport)
     assert (payments, ledger) == (1, 1)
-    if max_runs == 1:
-        assert runs == 1  # pessimistic: the duplicate blocked and never ran the body
-    else:
-        assert runs == 2  # optimistic: both bodies ran, the loser rolled back its writes
+    assert runs == (1 if endpoint is pessimistic_endpoint else 2)
     assert strategy.duplicates == 1
+
+
+async def wait_for_waiters(
+    transport: PostgresTransport, locktype: str, waiting: int, limit_s: float = 10.0
+) -> None:
+    """Wait until ``waiting`` backends of this test's database wait for a lock of
+    ``locktype``; for "transactionid", a wait on the transaction of a backend that waits for
+    ``HELD_INVOICE_LOCK`` (the first copy, in its handler)."""
+    query = """
+        SELECT count(*) FROM pg_locks AS waiter
+        JOIN pg_stat_activity AS activity USING (pid)
+        WHERE NOT waiter.granted AND waiter.locktype = $1
+          AND activity.datname = current_database()
+          AND ($1 <> 'transactionid' OR EXISTS (
+              SELECT FROM pg_locks AS held
+              WHERE NOT held.granted AND held.locktype = 'advisory' AND held.objid = $2
+                AND held.pid = ANY (pg_blocking_pids(waiter.pid))))"""
+    deadline = asyncio.get_running_loop().time() + limit_s
+    while (seen := await transport.pool.fetchval(query, locktype, HELD_INVOICE_LOCK)) < waiting:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{seen} of {waiting} backends wait for a {locktype} lock")
+        await asyncio.sleep(0.01)
 
 
 async def test_record_committed_but_not_dispatched_is_dispatched_on_redelivery(
@@ -182,13 +216,15 @@ async def test_outbox_reply_and_delayed_send_keep_their_headers(
 ) -> None:
     strategy = await prepare(transport, optimistic_endpoint)
     await send_duplicates(transport, "payments", 1, reply_to="client")
+    before = await transport.pool.fetchval("SELECT clock_timestamp()")
     await drain(transport, strategy)
+    after = await transport.pool.fetchval("SELECT clock_timestamp()")
     reply = await transport.receive("client")
     assert isinstance(reply, TransportMessage)
     assert reply.headers[Headers.MESSAGE_INTENT] == "Reply"
-    delayed = await transport.pool.fetchrow(
-        'SELECT due - now() AS wait, headers FROM "payments.delayed"')
-    assert delayed["wait"] <= timedelta(seconds=0.5)
+    delayed = await transport.pool.fetchrow('SELECT due, headers FROM "payments.delayed"')
+    # The handler asked for delay=0.5 s while it ran, between `before` and `after`.
+    assert before + timedelta(seconds=0.5) <= delayed["due"] <= after + timedelta(seconds=0.5)
     assert Headers.DELIVER_AT in delayed["headers"]
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 import msgspec
@@ -12,7 +11,6 @@ from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
 
 class PayInvoice(msgspec.Struct):
     invoice: str
-    pause: float = 0.0
 
 
 class InvoicePaid(msgspec.Struct):
@@ -21,6 +19,9 @@ class InvoicePaid(msgspec.Struct):
 
 class PaymentReminder(msgspec.Struct):
     invoice: str
+
+
+HELD_INVOICE_LOCK = 4343
 
 
 def make(name: str, *, pessimistic: bool = False) -> Endpoint:
@@ -33,12 +34,13 @@ def make(name: str, *, pessimistic: bool = False) -> Endpoint:
         # Every run of the body is counted outside the business transaction.
         await context.send(InvoicePaid(message.invoice), destination="handler_runs",
                            immediate=True)
+        if message.invoice == "held":  # waits while a test holds the lock
+            await context.connection.execute("SELECT pg_advisory_xact_lock($1)",
+                                             HELD_INVOICE_LOCK)
         # A handler's own savepoint works in outbox mode as in any other.
         async with context.connection.transaction():
             await context.connection.execute(
                 "INSERT INTO paid_invoices (invoice) VALUES ($1)", message.invoice)
-        if message.pause:
-            await asyncio.sleep(message.pause)
         await context.send(InvoicePaid(message.invoice), destination="ledger")
         await context.send(PaymentReminder(message.invoice), destination="ledger",
                            delay=timedelta(seconds=0.5))
@@ -50,8 +52,6 @@ def make(name: str, *, pessimistic: bool = False) -> Endpoint:
 
 optimistic = make("payments")
 pessimistic = make("payments_p", pessimistic=True)
-
-HELD_INVOICE_LOCK = 4343
 
 # One business row and one outgoing message: the dispatch goes with the business commit.
 receipts = Endpoint("receipts", transaction_mode=TransactionMode.RECEIVE_ONLY,

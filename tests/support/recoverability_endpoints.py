@@ -110,6 +110,7 @@ class Paid(msgspec.Struct):
     invoice: str
 
 
+HELD_PAY_LOCK = 4444
 ledger = Endpoint("ledger", transaction_mode=TransactionMode.RECEIVE_ONLY, immediate_retries=0,
                   delayed_retries=0, max_concurrency=2, slots_per_receiver=2)
 ledger.enable_outbox(pessimistic=True)
@@ -118,5 +119,7 @@ ledger.enable_outbox(pessimistic=True)
 @ledger.handler
 async def pay(message: Pay, context: HandlerContext) -> None:
     await context.send(Paid(message.invoice), destination="handler_runs", immediate=True)
+    if message.invoice.startswith("held"):  # waits while a test holds the lock
+        await context.connection.execute("SELECT pg_advisory_xact_lock($1)", HELD_PAY_LOCK)
     await context.connection.execute("INSERT INTO paid (invoice) VALUES ($1)", message.invoice)
     await context.send(Paid(message.invoice), destination="paid_events")
