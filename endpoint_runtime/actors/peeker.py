@@ -1,6 +1,7 @@
 """PeekerActor: watches one endpoint's queue and keeps the right receivers running.
 
-Loop: peek (max-min estimate over unlocked rows) -> check receivers (replace dead ones) ->
+Loop: peek (max-min estimate over unlocked rows) -> check receivers (replace dead ones,
+counting a death for each message they were handling: :mod:`.crash_ledger`) ->
 scale to the policy of :mod:`endpoint_runtime.actors.scaling` -> wake idle receivers when
 messages wait -> sleep until the peek delay passes or a NOTIFY arrives. Allowance decreases are
 confirmed before increases are handed out, so at most ``max_concurrency`` messages are in
@@ -21,6 +22,12 @@ import ray
 import structlog
 
 from endpoint_runtime.actors import scaling
+from endpoint_runtime.actors.crash_ledger import (
+    MAX_RECEIVER_DEATHS,
+    DeathCounts,
+    ledger_path,
+    read_ledger_on_node,
+)
 from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.connection_budget import PEEKER_POOL_SIZE
@@ -37,6 +44,7 @@ log = structlog.get_logger("endpoint_runtime.peeker")
 
 MIN_CYCLE_SECONDS = 0.1
 STATUS_TIMEOUT_SECONDS = 10.0
+LEDGER_READ_TIMEOUT_SECONDS = 30.0
 
 
 class DeploymentConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -67,6 +75,9 @@ class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
     until the deployment is started again. The peek estimate still follows the queue."""
     last_critical_error: str | None = None
     """The latest critical error, even when it is over."""
+    doomed_messages: int = 0
+    """Messages that were in the handlers of :data:`MAX_RECEIVER_DEATHS` receivers when they
+    died, waiting for their next delivery to go to the error queue (crash ledger)."""
     retired_processed: int = 0
     """Messages processed by receivers that were retired or died (their last status)."""
     retired_failed: int = 0
@@ -94,6 +105,11 @@ class _Handle(msgspec.Struct, kw_only=True):
     allowance: int = 0
     last: ReceiverStatus | None = None
     critical_errors_seen: int = 0
+    node_id: str | None = None
+    ledger: str | None = None
+    """Its crash ledger's file, on its node."""
+    doomed_version: int = 0
+    """The version of the doomed ids it has (:class:`DeathCounts`)."""
 
 
 class Peeker:
@@ -124,6 +140,7 @@ class Peeker:
         self.critical_error: str | None = None
         self.last_critical_error: str | None = None
         self._halted = False
+        self._deaths = DeathCounts()
         # Peeks fail when the database is away even while no receiver tries to receive: as
         # the original's peek circuit breaker, this one raises the critical error then.
         self._peek_breaker = CircuitBreaker(
@@ -265,18 +282,28 @@ class Peeker:
         if self._estimate > 0:
             await self._wake_idle()
 
-    async def _refresh_statuses(self) -> None:
-        """Ask every receiver for its status; replace the ones that died."""
+    async def _refresh_statuses(self, hand_over: bool = True) -> None:
+        """Ask every receiver for its status (handing over the crash ledger's doomed ids when
+        they changed); replace the ones that died, counting a death for each message they
+        were handling, and hand the result to the others at once."""
         if not self._receivers:
             return
+        version = self._deaths.version
+        doomed = (self._deaths.snapshot()
+                  if any(h.doomed_version < version for h in self._receivers) else None)
         results = await asyncio.gather(
-            *(asyncio.wait_for(_ref(h.actor.status.remote()), STATUS_TIMEOUT_SECONDS)
+            *(asyncio.wait_for(
+                _ref(h.actor.status.remote(doomed if h.doomed_version < version else None)),
+                STATUS_TIMEOUT_SECONDS)
               for h in self._receivers),
             return_exceptions=True,
         )
         for handle, result in zip(list(self._receivers), results, strict=True):
             if isinstance(result, ReceiverStatus):
                 handle.last = result
+                handle.doomed_version = version
+                if result.settled_doomed:
+                    self._deaths.settle(result.settled_doomed)
                 if result.critical_errors > handle.critical_errors_seen:
                     # Each new one, even if it is over already (a short outage).
                     handle.critical_errors_seen = result.critical_errors
@@ -288,10 +315,35 @@ class Peeker:
                 self._receivers.remove(handle)
                 self._count_retired(handle.last)
                 self._replaced += 1
+                await self._count_deaths(handle, _last_line(result))
             else:
                 log.warning("receiver_status_failed", receiver=handle.receiver_id,
                             error=repr(result)[:200])
         self._critical_error_maybe_over()
+        if hand_over and any(h.doomed_version < self._deaths.version for h in self._receivers):
+            await self._refresh_statuses(hand_over=False)
+
+    async def _count_deaths(self, handle: _Handle, error: str) -> None:
+        """A receiver died: count a death for each message its handlers were running (its
+        crash ledger, read on its node)."""
+        node_id = handle.node_id or (handle.last.node_id if handle.last else None)
+        if node_id is None:
+            return  # it died before it could take anything
+        path = handle.ledger or str(ledger_path(handle.receiver_id))
+        try:
+            native_ids = await asyncio.wait_for(read_ledger_on_node(node_id, path),
+                                                LEDGER_READ_TIMEOUT_SECONDS)
+        except Exception as exc:  # the node went with it: nothing to count
+            log.warning("crash_ledger_unreadable", receiver=handle.receiver_id,
+                        error=f"{type(exc).__name__}: {exc}"[:500])
+            return
+        pid = handle.last.pid if handle.last else "?"
+        where = f"receiver {handle.receiver_id} (pid {pid}, node {node_id[:12]}): {error}"
+        for native_id in native_ids:
+            deaths = self._deaths.count(native_id, where)
+            log.error("receiver_died_handling_message", native_id=str(native_id),
+                      receiver=handle.receiver_id, deaths=deaths,
+                      to_error_queue=deaths >= MAX_RECEIVER_DEATHS)
 
     async def _scale_to(self, wanted: int) -> None:
         while len(self._receivers) > wanted:
@@ -301,8 +353,9 @@ class Peeker:
         while len(self._receivers) + len(new) < wanted:
             new.append(self._launch())
         if new:
+            version, doomed = self._deaths.version, self._deaths.snapshot() or None
             started = await asyncio.gather(
-                *(_ref(h.actor.start.remote()) for h in new), return_exceptions=True
+                *(_ref(h.actor.start.remote(doomed)) for h in new), return_exceptions=True
             )
             for handle, result in zip(new, started, strict=True):
                 if isinstance(result, BaseException):
@@ -310,6 +363,8 @@ class Peeker:
                               cause=repr(getattr(result, "cause", None))[:2000])
                     ray.kill(handle.actor, no_restart=True)
                 else:
+                    handle.node_id, handle.ledger = result["node_id"], result["ledger"]
+                    handle.doomed_version = version
                     self._receivers.append(handle)
         await self._apply_allowances()
 
@@ -357,8 +412,10 @@ class Peeker:
 
     async def _retire(self, handle: _Handle) -> None:
         final = handle.last
-        with contextlib.suppress(ray.exceptions.RayActorError):
+        try:
             final = await _ref(handle.actor.drain.remote(self.settings.stop_timeout))
+        except ray.exceptions.RayActorError as exc:
+            await self._count_deaths(handle, _last_line(exc))
         self._count_retired(final)
         ray.kill(handle.actor, no_restart=True)
         log.info("receiver_retired", receiver=handle.receiver_id)
@@ -392,6 +449,7 @@ class Peeker:
             critical_error=self.critical_error,
             halted=self._halted,
             last_critical_error=self.last_critical_error,
+            doomed_messages=len(self._deaths.doomed),
             retired_processed=self._retired_processed,
             retired_failed=self._retired_failed,
         )

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import gc
 import os
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ import msgspec
 import ray
 import structlog
 
+from endpoint_runtime.actors.crash_ledger import CrashLedger, DoomedMessages
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.connection_budget import receiver_pool_size
 from endpoint_runtime.delayed.store import CircuitBreakingStore
@@ -73,6 +75,9 @@ class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Critical errors raised so far (the peeker acts on each new one, even when it is over
     by the time it asks)."""
     last_critical_error: str | None = None
+    settled_doomed: list[uuid.UUID] = []
+    """Ids the peeker marked doomed (crash ledger) that this receiver no longer holds: moved to
+    the error queue."""
 
 
 class Receiver:
@@ -97,6 +102,8 @@ class Receiver:
         self._receive_breaker = self._breaker("receive")
         self._processing_breaker = self._breaker("processing")
         self._store_breaker: CircuitBreaker | None = None
+        self._ledger: CrashLedger | None = None
+        self._doomed: DoomedMessages | None = None
 
     def _breaker(self, name: str) -> CircuitBreaker:
         settings = self.config.settings
@@ -129,11 +136,23 @@ class Receiver:
         for hook in self._endpoint.critical_error_handlers if self._endpoint else ():
             _run_hook(hook, message, exc)
 
-    async def start(self) -> dict[str, Any]:
+    async def start(self, doomed: dict[uuid.UUID, str] | None = None) -> dict[str, Any]:
+        """Connect and get ready; ``doomed``: the ids the peeker's crash ledger has seen kill
+        too many receivers (see :mod:`endpoint_runtime.actors.crash_ledger`)."""
         settings = self.config.settings
         endpoint = self._endpoint = load_endpoint(self.config.endpoint_path)
         self._pipeline = endpoint.create_pipeline(settings)
         self._pipeline.metrics = RayMetrics(endpoint.name)
+        self._doomed = DoomedMessages(self._pipeline.failures)
+        self._doomed.sync(doomed or {})
+        # The ids of the messages in the handlers, in a file that outlives this process: one
+        # memory write when a message's handlers start and one when they end. Every strategy
+        # calls the pipeline's handle, so wrapping it here covers every transaction mode.
+        self._ledger = CrashLedger.create(self.config.receiver_id,
+                                          records=settings.slots_per_receiver)
+        self._pipeline.handle = self._ledger.track(  # type: ignore[method-assign,assignment]
+            self._pipeline.handle
+        )
         if self._pipeline.delayed_store is not None:
             self._store_breaker = CircuitBreaker(
                 "delayed-store",
@@ -157,7 +176,7 @@ class Receiver:
         # it again and again while messages flow.
         gc.freeze()
         log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid())
-        return {"pid": os.getpid(), "node_id": _node_id()}
+        return {"pid": os.getpid(), "node_id": _node_id(), "ledger": str(self._ledger.path)}
 
     async def _listen(self) -> None:
         self._listener = Listener(self.config.dsn)
@@ -184,7 +203,10 @@ class Receiver:
             self._start_slot()
         return len(self._slots)
 
-    def status(self) -> ReceiverStatus:
+    def status(self, doomed: dict[uuid.UUID, str] | None = None) -> ReceiverStatus:
+        """Counters and state; ``doomed`` (only when it changed): the peeker's doomed ids."""
+        if doomed is not None and self._doomed is not None:
+            self._doomed.sync(doomed)
         stats = self._pipeline.stats
         return ReceiverStatus(
             receiver_id=self.config.receiver_id,
@@ -206,6 +228,7 @@ class Receiver:
             outbox_duplicates=getattr(self._strategy, "duplicates", 0),
             critical_errors=self._critical_errors,
             last_critical_error=self._last_critical_error,
+            settled_doomed=self._doomed.settled() if self._doomed else [],
         )
 
     async def drain(self, grace_seconds: float) -> ReceiverStatus:
@@ -228,6 +251,8 @@ class Receiver:
             await self._pool.close()
         if self._endpoint is not None:  # started: its pipeline counted
             await self._pipeline.metrics.close()
+        if self._ledger is not None:
+            self._ledger.close()
         log.info("receiver_stopped", receiver=self.config.receiver_id)
         return self.status()
 

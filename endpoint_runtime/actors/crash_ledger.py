@@ -1,0 +1,228 @@
+"""Crash ledger: which messages a receiver process was handling when it died.
+
+A message that kills its receiver (a native crash, an out-of-memory kill, ``os._exit`` in a
+handler) takes the in-memory failure count with it, so recoverability alone would hand it to
+every replacement for ever. Each receiver therefore keeps the native ids of the messages whose
+handlers are running in a small node-local memory-mapped file, one 16-byte record per slot:
+a plain memory write when the handlers start and another when they end, no system call, no
+database round trip and no Ray call per message. The file is in shared memory (``/dev/shm``,
+else the temporary directory) and outlives the process.
+
+When the peeker sees a receiver die, it reads the file (directly on its own node, else with a
+Ray task pinned to the dead receiver's node) and counts a death for each id
+(:class:`DeathCounts`, a bounded map). At :data:`MAX_RECEIVER_DEATHS` deaths the id and the
+reason are handed to the receivers with the control calls they get anyway (``start``, and the
+``status`` call of each peek cycle); their pipeline records the message as an unrecoverable
+failure (:class:`ReceiverDiedError`), so its next delivery goes to the error queue, with the
+usual ``NServiceBus.ExceptionInfo.*`` headers, like any other failure.
+
+Only the messages whose handlers were running count: the other rows of a batch, or messages
+waiting for their commit, are not suspects. A message in flight beside the culprit is
+counted too; it would need to be beside it at three deaths to go to the error queue.
+
+Example (receiver side)::
+
+    ledger = CrashLedger.create("sales-1a2b3c4d", records=4)
+    pipeline.handle = ledger.track(pipeline.handle)
+    ...
+    ledger.close()  # a graceful stop removes the file
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import mmap
+import os
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from endpoint_runtime.errors import EndpointRuntimeError
+from endpoint_runtime.recoverability import FailedMessages
+
+MAX_RECEIVER_DEATHS = 3
+"""Receiver deaths with a message in its handlers after which it goes to the error queue."""
+DEATH_COUNTS_SIZE = 10_000
+"""Message ids whose deaths the peeker remembers (least recently counted dropped first)."""
+DOOMED_SIZE = 1_000
+"""Ids at the limit that receivers are told about (handed over whole, only when it changes)."""
+RECORD_SIZE = 16
+_EMPTY = bytes(RECORD_SIZE)
+LEDGER_DIRECTORY = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
+
+
+
+class _Identified(Protocol):
+    @property
+    def native_id(self) -> uuid.UUID: ...
+
+
+M = TypeVar("M", bound=_Identified)
+C = TypeVar("C")
+
+
+class ReceiverDiedError(EndpointRuntimeError):
+    """The receiver process died while handling the message, too many times: the exception a
+    message is charged with when it goes to the error queue for that reason."""
+
+
+class CrashLedger:
+    """The receiver's side: the ids of the messages in its handlers, in a shared file."""
+
+    def __init__(self, path: Path, records: int) -> None:
+        self.path = path
+        self.records = records
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.ftruncate(fd, records * RECORD_SIZE)
+            self._map = mmap.mmap(fd, records * RECORD_SIZE)
+        finally:
+            os.close(fd)
+        self._free = list(range(records))
+
+    @classmethod
+    def create(cls, receiver_id: str, *, records: int) -> CrashLedger:
+        return cls(ledger_path(receiver_id), max(1, records))
+
+    def track(
+        self, handle: Callable[[M, C], Awaitable[None]]
+    ) -> Callable[[M, C], Coroutine[Any, Any, None]]:
+        """``handle`` (the pipeline's handler step), with the message's native id in a record
+        of the ledger while it runs."""
+        ledger = self._map
+        free = self._free
+
+        async def tracked(message: M, context: C) -> None:
+            if not free:  # more handlers at once than records: not expected, never blocking
+                await handle(message, context)
+                return
+            record = free.pop()
+            start = record * RECORD_SIZE
+            ledger[start:start + RECORD_SIZE] = message.native_id.bytes
+            try:
+                await handle(message, context)
+            finally:
+                ledger[start:start + RECORD_SIZE] = _EMPTY
+                free.append(record)
+
+        return tracked
+
+    def close(self) -> None:
+        """A graceful stop: nothing is in flight any more, the file goes."""
+        with contextlib.suppress(ValueError, OSError):
+            self._map.close()
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+
+def ledger_path(receiver_id: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in receiver_id)
+    return LEDGER_DIRECTORY / f"endpoint_runtime.{safe}.ledger"
+
+
+def read_ledger(path: str) -> list[uuid.UUID]:
+    """The ids a dead receiver was handling; the file is removed (read once)."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    with contextlib.suppress(FileNotFoundError):
+        Path(path).unlink()
+    records = (data[i:i + RECORD_SIZE] for i in range(0, len(data), RECORD_SIZE))
+    return [uuid.UUID(bytes=r) for r in records if len(r) == RECORD_SIZE and r != _EMPTY]
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _read_ledger_task(path: str) -> list[uuid.UUID]:
+    return read_ledger(path)
+
+
+async def read_ledger_on_node(node_id: str, path: str) -> list[uuid.UUID]:
+    """:func:`read_ledger` on the node ``node_id`` (where the receiver ran): a Ray task pinned
+    there, or a direct read when that is this node."""
+    with contextlib.suppress(Exception):
+        if ray.get_runtime_context().get_node_id() == node_id:
+            return read_ledger(path)
+    strategy = NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
+    ids: list[uuid.UUID] = await _read_ledger_task.options(
+        scheduling_strategy=strategy
+    ).remote(path)
+    return ids
+
+
+class DeathCounts:
+    """The peeker's side: receiver deaths per message id (bounded), and the ids that reached
+    :data:`MAX_RECEIVER_DEATHS` ("doomed") with the reason their error-queue copy will carry.
+
+    Receivers get the doomed ids whole whenever they change (``version``); one that has moved
+    such a message to the error queue says so (``settle``), and the others then forget it: a
+    copy retried from the error queue after a fix is handled again, with a fresh count.
+    """
+
+    def __init__(self, capacity: int = DEATH_COUNTS_SIZE, doomed: int = DOOMED_SIZE) -> None:
+        self._capacity = capacity
+        self._doomed_capacity = doomed
+        self._deaths: collections.OrderedDict[uuid.UUID, int] = collections.OrderedDict()
+        self.doomed: collections.OrderedDict[uuid.UUID, str] = collections.OrderedDict()
+        """Ids to fail at their next delivery, with the reason."""
+        self.version = 0
+        """Grows with every change of ``doomed``: receivers behind it get the new one."""
+
+    def count(self, native_id: uuid.UUID, where: str) -> int:
+        """One more death with ``native_id`` in the handlers; returns the deaths so far."""
+        deaths = self._deaths.pop(native_id, 0) + 1
+        self._deaths[native_id] = deaths
+        if len(self._deaths) > self._capacity:
+            self._deaths.popitem(last=False)
+        if deaths >= MAX_RECEIVER_DEATHS:
+            self.doomed.pop(native_id, None)
+            self.doomed[native_id] = (
+                f"the receiver process died {deaths} times while handling this message (a "
+                f"native crash, an out-of-memory kill or os._exit in a handler?); the last "
+                f"time: {where}"
+            )[:2000]
+            if len(self.doomed) > self._doomed_capacity:
+                self.doomed.popitem(last=False)
+            self.version += 1
+        return deaths
+
+    def settle(self, native_ids: list[uuid.UUID]) -> None:
+        """These doomed messages went to the error queue: forget them everywhere."""
+        for native_id in native_ids:
+            self._deaths.pop(native_id, None)
+            if self.doomed.pop(native_id, None) is not None:
+                self.version += 1
+
+    def snapshot(self) -> dict[uuid.UUID, str]:
+        return dict(self.doomed)
+
+
+class DoomedMessages:
+    """A receiver's copy of the doomed ids, kept as failures of its pipeline (``failures``):
+    an unrecoverable :class:`ReceiverDiedError` each, so recoverability sends the message to
+    the error queue at its next delivery, as any other failure."""
+
+    def __init__(self, failures: FailedMessages) -> None:
+        self._failures = failures
+        self._ids: set[uuid.UUID] = set()
+
+    def sync(self, doomed: dict[uuid.UUID, str]) -> None:
+        """Take the peeker's current doomed ids (called only when they changed)."""
+        for native_id in self._ids - doomed.keys():
+            self._failures.forget(native_id)
+        for native_id, reason in doomed.items():
+            if native_id not in self._ids:
+                self._failures.record(native_id, ReceiverDiedError(reason), unrecoverable=True)
+        self._ids = set(doomed)
+
+    def settled(self) -> list[uuid.UUID]:
+        """Doomed ids whose failure record is gone: the message went to the error queue (or
+        the record was pushed out of the cache; a message that kills again is doomed again
+        at its next death)."""
+        return [i for i in self._ids if self._failures.get(i) is None]
