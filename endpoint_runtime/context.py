@@ -32,7 +32,7 @@ from endpoint_runtime.messages import (
 from endpoint_runtime.outgoing import MACHINE, create_outgoing
 from endpoint_runtime.subscriptions import SubscriptionStore, enclosed_types, topics_of
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.queue_tables import allowed_schemas, ensure_queue_table
+from endpoint_runtime.transport.queue_tables import ensure_queue_table
 
 log = structlog.get_logger("endpoint_runtime.context")
 
@@ -104,6 +104,7 @@ class HandlerContext:
         dispatcher: OutgoingDispatcher,
         connection: HandlerConnection | None,
         subscriptions: SubscriptionStore | None = None,
+        allowed_schemas: frozenset[str] | None = None,
     ) -> None:
         self.transport_message = message
         self.message_id = message.message_id
@@ -113,6 +114,7 @@ class HandlerContext:
         self._dispatcher = dispatcher
         self._connection = connection
         self._subscriptions = subscriptions
+        self._allowed_schemas = allowed_schemas
         self._sent: set[tuple[str, QueueAddress]] = set()
         self.processing_started: float | None = None
         """Epoch seconds when the handlers started (for audit and metrics)."""
@@ -280,7 +282,7 @@ class HandlerContext:
             return  # the same message to the same queue goes once
         if self._connection is not None:  # a queue table, verified once per connection
             await ensure_queue_table(self._connection, address,
-                                     allowed_schemas=allowed_schemas(self.endpoint))
+                                     allowed_schemas=self._allowed_schemas)
         await self._dispatcher.dispatch(address, outgoing, immediate=immediate, due=due)
         self._sent.add(key)  # only once written (or buffered): a failed send may be repeated
 

@@ -223,6 +223,8 @@ class Endpoint(Sender):
             subscriptions=subscription_store(settings.transport),
             audit_address=(QueueAddress.parse(settings.audit_queue, settings.transport.schema)
                            if settings.audit_queue else None),
+            allowed_schemas=(frozenset(settings.transport.allowed_schemas)
+                             if settings.transport.allowed_schemas is not None else None),
         )
 
     @staticmethod

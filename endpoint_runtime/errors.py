@@ -7,6 +7,7 @@ Every exception the runtime raises on purpose derives from :class:`EndpointRunti
     │   └── InvalidQueueNameError                 a queue name that cannot be a table name
     ├── DatabaseUnavailableError                  no PostgreSQL could be reached or started
     ├── QueueNotFoundError                        send to, or peek at, a queue that does not exist
+    ├── NotAQueueError                            send to a table that is not a queue table
     ├── MessageError
     │   ├── UnknownMessageTypeError               no registered type for the enclosed type name
     │   └── MessageDecodeError                    body that does not decode; keeps raw bytes

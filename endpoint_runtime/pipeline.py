@@ -78,10 +78,14 @@ class Pipeline:
         delayed_store: DelayedMessageStore | None = None,
         subscriptions: SubscriptionStore | None = None,
         audit_address: QueueAddress | None = None,
+        allowed_schemas: frozenset[str] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.subscriptions = subscriptions
         self.audit_address = audit_address
+        self.allowed_schemas = allowed_schemas
+        """Schemas whose queues handlers may send to (``None``: any; see
+        ``transport.queue_tables``)."""
         self.registry = registry
         self.local_address = local_address
         self.error_address = error_address
@@ -127,6 +131,7 @@ class Pipeline:
         return HandlerContext(
             message=message, endpoint=self.endpoint, local_address=self.local_address,
             dispatcher=dispatcher, connection=connection, subscriptions=self.subscriptions,
+            allowed_schemas=self.allowed_schemas,
         )
 
     async def handle(self, message: TransportMessage, context: HandlerContext) -> None:

@@ -14,6 +14,7 @@ import asyncpg
 from endpoint_runtime.delayed.store import DelayedMessage
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+from endpoint_runtime.transport.literals import text_literal
 from endpoint_runtime.transport.queues import ddl_lock
 
 
@@ -39,8 +40,8 @@ class PostgresDelayedMessageStore:
             "schema": quote_identifier(self.table.schema),
             "due_idx": quote_identifier(self.table.derived_name("_due_idx")),
             "notify": quote_identifier(self.table.derived_name("_notify")),
-            "channel": statements.quote_literal(self.table.notify_channel),
-            "table_literal": statements.quote_literal(self.table.qualified),
+            "channel": text_literal(self.table.notify_channel),
+            "table_literal": text_literal(self.table.qualified),
         }
         return {name: text.format(**names) for name, text in sql.load("delayed.sql").items()}
 

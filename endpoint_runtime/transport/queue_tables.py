@@ -30,20 +30,6 @@ from endpoint_runtime.errors import NotAQueueError, QueueNotFoundError
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress
 
-_allowed_schemas: dict[str, frozenset[str]] = {}
-
-
-def restrict_schemas(endpoint: str, schemas: Collection[str] | None) -> None:
-    """Let the handlers of ``endpoint`` send only to queues in ``schemas`` (``None``: any)."""
-    if schemas is None:
-        _allowed_schemas.pop(endpoint, None)
-    else:
-        _allowed_schemas[endpoint] = frozenset(schemas)
-
-
-def allowed_schemas(endpoint: str) -> frozenset[str] | None:
-    return _allowed_schemas.get(endpoint)
-
 
 @functools.cache
 def _check_statement() -> str:

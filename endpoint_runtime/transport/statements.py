@@ -8,9 +8,6 @@ from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
 from endpoint_runtime.transport.literals import text_literal
 
-# The one literal function, under the name the statement builders of other modules import.
-quote_literal = text_literal
-
 
 # About 12 KB per queue: 512 queues in use at once is plenty, and the cache stays small.
 @functools.lru_cache(maxsize=512)

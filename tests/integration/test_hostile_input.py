@@ -12,9 +12,10 @@ import functools
 import gc
 import tracemalloc
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 
 import asyncpg
+import msgspec
 import pytest
 
 from endpoint_runtime import Endpoint
@@ -176,20 +177,9 @@ async def prepare_replier(transport: PostgresTransport, endpoint: Endpoint) -> N
         await endpoint.delayed_store.setup_infrastructure(connection)
 
 
-@pytest.fixture
-def only_public_schema() -> Iterator[None]:
-    names = [getattr(reply_endpoints, n).name for n in REPLIERS]
-    for name in names:
-        queue_tables.restrict_schemas(name, ["public", "accounting"])
-    yield
-    for name in names:
-        queue_tables.restrict_schemas(name, None)
-
-
 REPLIERS = ["atomic", "receive_only", "batched", "none", "with_outbox"]
 
 
-@pytest.mark.usefixtures("only_public_schema")
 @pytest.mark.parametrize("name", REPLIERS)
 async def test_a_crafted_reply_address_writes_nothing_and_ends_in_the_error_queue(
     transport: PostgresTransport, name: str
@@ -198,8 +188,10 @@ async def test_a_crafted_reply_address_writes_nothing_and_ends_in_the_error_queu
     await prepare_replier(transport, endpoint)
     for reply_to in [*CRAFTED_REPLY_ADDRESSES, "client"]:
         await transport.send(endpoint.name, create_outgoing(Ping(reply_to), reply_to=reply_to))
-    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
-                                        endpoint.settings)
+    settings = msgspec.structs.replace(endpoint.settings, transport=msgspec.structs.replace(
+        endpoint.settings.transport, allowed_schemas=("public", "accounting")))
+    strategy = endpoint.create_strategy(endpoint.create_pipeline(settings), transport.pool,
+                                        settings)
     expected = len(CRAFTED_REPLY_ADDRESSES)
     async with transport.pool.acquire() as connection:
         for _ in range(60):  # far more than 5 messages x 2 attempts need
