@@ -3,10 +3,10 @@
 A message that kills its receiver (a native crash, an out-of-memory kill, ``os._exit`` in a
 handler) takes the in-memory failure count with it, so recoverability alone would hand it to
 every replacement for ever. Each receiver therefore keeps the native ids of the messages whose
-handlers are running in a small node-local memory-mapped file, one 16-byte record per slot:
-a plain memory write when the handlers start and another when they end, no system call, no
-database round trip and no Ray call per message. The file is in shared memory (``/dev/shm``,
-else the temporary directory) and outlives the process.
+handlers are running in a small node-local memory-mapped file, one 16-byte record per slot
+after a header with the owner's pid: a plain memory write when the handlers start and another
+when they end, no system call, no database round trip and no Ray call per message. The file
+is in shared memory (``/dev/shm``, else the temporary directory) and outlives the process.
 
 When the peeker sees a receiver die, it reads the file (directly on its own node, else with a
 Ray task pinned to the dead receiver's node) and counts a death for each id
@@ -35,6 +35,7 @@ import contextlib
 import mmap
 import os
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -54,7 +55,13 @@ DOOMED_SIZE = 1_000
 """Ids at the limit that receivers are told about (handed over whole, only when it changes)."""
 RECORD_SIZE = 16
 _EMPTY = bytes(RECORD_SIZE)
+_MAGIC = b"ERLEDGR1"
+"""First record: this magic and the owner's pid (a janitor removes files of dead owners)."""
 LEDGER_DIRECTORY = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
+LEDGER_PREFIX = "endpoint_runtime."
+STALE_SECONDS = 600.0
+"""A ledger whose process is gone and that nobody read for this long is removed (the peeker
+reads a dead receiver's ledger within a peek cycle; this is for whole clusters stopped)."""
 
 
 
@@ -78,16 +85,19 @@ class CrashLedger:
     def __init__(self, path: Path, records: int) -> None:
         self.path = path
         self.records = records
+        size = (records + 1) * RECORD_SIZE
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.ftruncate(fd, records * RECORD_SIZE)
-            self._map = mmap.mmap(fd, records * RECORD_SIZE)
+            os.ftruncate(fd, size)
+            self._map = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        self._free = list(range(records))
+        self._map[:RECORD_SIZE] = _MAGIC + os.getpid().to_bytes(8, "little")
+        self._free = list(range(1, records + 1))
 
     @classmethod
     def create(cls, receiver_id: str, *, records: int) -> CrashLedger:
+        remove_stale_ledgers()
         return cls(ledger_path(receiver_id), max(1, records))
 
     def track(
@@ -123,7 +133,7 @@ class CrashLedger:
 
 def ledger_path(receiver_id: str) -> Path:
     safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in receiver_id)
-    return LEDGER_DIRECTORY / f"endpoint_runtime.{safe}.ledger"
+    return LEDGER_DIRECTORY / f"{LEDGER_PREFIX}{safe}.ledger"
 
 
 def read_ledger(path: str) -> list[uuid.UUID]:
@@ -134,8 +144,39 @@ def read_ledger(path: str) -> list[uuid.UUID]:
         return []
     with contextlib.suppress(FileNotFoundError):
         Path(path).unlink()
-    records = (data[i:i + RECORD_SIZE] for i in range(0, len(data), RECORD_SIZE))
+    records = (data[i:i + RECORD_SIZE] for i in range(RECORD_SIZE, len(data), RECORD_SIZE))
     return [uuid.UUID(bytes=r) for r in records if len(r) == RECORD_SIZE and r != _EMPTY]
+
+
+def remove_stale_ledgers(
+    now: float | None = None, directory: Path = LEDGER_DIRECTORY
+) -> int:
+    """Remove the ledgers of this node whose process is gone and that are older than
+    :data:`STALE_SECONDS` (left by receivers killed with their whole cluster); returns how
+    many. Cheap: a directory listing and a header read per ledger, at each receiver start."""
+    now = time.time() if now is None else now
+    removed = 0
+    for path in directory.glob(f"{LEDGER_PREFIX}*.ledger"):
+        with contextlib.suppress(OSError, ValueError):
+            if now - path.stat().st_mtime < STALE_SECONDS:
+                continue
+            with path.open("rb") as f:
+                header = f.read(RECORD_SIZE)
+            if header[:8] != _MAGIC or _alive(int.from_bytes(header[8:], "little")):
+                continue
+            path.unlink()
+            removed += 1
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @ray.remote(num_cpus=0, max_retries=0)

@@ -145,14 +145,6 @@ class Receiver:
         self._pipeline.metrics = RayMetrics(endpoint.name)
         self._doomed = DoomedMessages(self._pipeline.failures)
         self._doomed.sync(doomed or {})
-        # The ids of the messages in the handlers, in a file that outlives this process: one
-        # memory write when a message's handlers start and one when they end. Every strategy
-        # calls the pipeline's handle, so wrapping it here covers every transaction mode.
-        self._ledger = CrashLedger.create(self.config.receiver_id,
-                                          records=settings.slots_per_receiver)
-        self._pipeline.handle = self._ledger.track(  # type: ignore[method-assign,assignment]
-            self._pipeline.handle
-        )
         if self._pipeline.delayed_store is not None:
             self._store_breaker = CircuitBreaker(
                 "delayed-store",
@@ -171,6 +163,15 @@ class Receiver:
         if settings.transport.notify_on_send:
             await self._listen()
         structlog.contextvars.bind_contextvars(endpoint=endpoint.name)
+        # The ids of the messages in the handlers, in a file that outlives this process: one
+        # memory write when a message's handlers start and one when they end. Every strategy
+        # calls the pipeline's handle, so wrapping it here covers every transaction mode.
+        # Created last: a start that fails (no connection left) leaves no file behind.
+        self._ledger = CrashLedger.create(self.config.receiver_id,
+                                          records=settings.slots_per_receiver)
+        self._pipeline.handle = self._ledger.track(  # type: ignore[method-assign,assignment]
+            self._pipeline.handle
+        )
         # Everything allocated so far (Ray, asyncpg, the handler modules) lives as long as the
         # process: keep it out of the cyclic GC's full collections, which would otherwise walk
         # it again and again while messages flow.
