@@ -16,5 +16,9 @@ analytics        SENDS_ATOMIC_WITH_RECEIVE                   subscribes to sales
                                                              event (billing does too)
 ===============  ==========================================  ==================================
 
+Every example endpoint sends an audit copy of each message it handles to the queue ``audit``;
+the example run also deploys the ingestion endpoint (``endpoint_runtime.ingestion``), which turns
+them into ``audit_log`` rows (``endpoint-runtime status``, ``endpoint-runtime report``).
+
 ``python -m handlers_examples`` (``bin/dev examples``) runs them all end to end.
 """

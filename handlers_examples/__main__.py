@@ -31,6 +31,7 @@ import time
 import uuid
 from decimal import Decimal
 
+import asyncpg
 import msgspec
 
 from endpoint_runtime import (
@@ -60,6 +61,9 @@ ENDPOINTS = {
     "loyalty": "handlers_examples.loyalty:endpoint",
     "notifications": "handlers_examples.notifications:endpoint",
     "analytics": "handlers_examples.analytics:endpoint",
+    # Built in: audit copies of every example endpoint into audit_log, the error queue into
+    # error_log (read by `endpoint-runtime status` and `endpoint-runtime report`).
+    "ingestion": "endpoint_runtime.ingestion:endpoint",
 }
 CLIENT_QUEUE = "examples_client"
 """The sending client's own queue: sales replies OrderReceived there."""
@@ -208,6 +212,7 @@ async def run(args: argparse.Namespace) -> int:
             print(f"started {len(deployments)} endpoints in {startup:.1f} s", flush=True)
 
             errors_before = await transport.depth(ERROR_QUEUE)
+            run_started = time.time()
             run_id = uuid.uuid4().hex[:8]
             orders = make_orders(run_id, args.orders)
             invalid = make_invalid_orders(run_id, args.invalid_orders)
@@ -226,6 +231,7 @@ async def run(args: argparse.Namespace) -> int:
             )
             elapsed = time.monotonic() - began
             complete = flow_complete(progress, args)
+            audit = await audit_summary(transport, run_started)
         finally:
             await sender.close()
             stopped = await asyncio.gather(
@@ -240,9 +246,44 @@ async def run(args: argparse.Namespace) -> int:
 
     print_summary(args, progress, finals, elapsed, shipped_after, errors_total, complete,
                   stop.is_set())
+    print_audit(audit)
     if stop.is_set():
         return 130
     return 0 if complete else 1
+
+
+AUDIT_SETTLE_SECONDS = 10.0
+AUDIT_POLL_SECONDS = 0.1
+
+
+async def audit_summary(transport: PostgresTransport, since: float) -> list[asyncpg.Record]:
+    """Per processing endpoint, the audit rows of messages sent since ``since`` (epoch s), once
+    the ingestion has taken what waits in the audit queue (up to AUDIT_SETTLE_SECONDS)."""
+    for _ in range(int(AUDIT_SETTLE_SECONDS / AUDIT_POLL_SECONDS)):
+        # A copy leaves the queue in the transaction that writes its row: depth 0, all rows.
+        if not await transport.depth("audit"):
+            break
+        await asyncio.sleep(AUDIT_POLL_SECONDS)
+    rows: list[asyncpg.Record] = await transport.pool.fetch(
+        """
+        SELECT processing_endpoint AS endpoint, count(*) AS audited,
+               percentile_cont(0.5) WITHIN GROUP (ORDER BY critical_time_ms) AS p50,
+               percentile_cont(0.95) WITHIN GROUP (ORDER BY critical_time_ms) AS p95
+        FROM audit_log WHERE time_sent >= to_timestamp($1) GROUP BY 1 ORDER BY 1
+        """,
+        since,
+    )
+    return rows
+
+
+def print_audit(rows: list[asyncpg.Record]) -> None:
+    print()
+    print("audit_log (this run's audit copies, ingested by the ingestion endpoint):")
+    for row in rows:
+        print(f"  {row['endpoint']:<14}{row['audited']:>6} handled   critical time p50 "
+              f"{row['p50']:7.1f} ms  p95 {row['p95']:7.1f} ms")
+    print("  (`endpoint-runtime status` shows the same live; `endpoint-runtime report` the "
+          "whole history)")
 
 
 async def start_all(deployments: dict[str, EndpointDeployment]) -> None:
@@ -416,6 +457,8 @@ def print_exactly_once(args: argparse.Namespace, finals: dict[str, DeploymentSta
 def _mode_of(name: str) -> str:
     from endpoint_runtime import load_endpoint
 
+    if name == "ingestion":
+        return "built in: audit -> audit_log"
     settings = load_endpoint(ENDPOINTS[name]).settings
     mode = settings.mode.value
     if settings.outbox is not None:

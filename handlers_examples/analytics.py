@@ -10,7 +10,7 @@ from __future__ import annotations
 from endpoint_runtime import Endpoint, HandlerContext
 from handlers_examples.messages import OrderPlaced
 
-endpoint = Endpoint("analytics", max_concurrency=2)
+endpoint = Endpoint("analytics", max_concurrency=2, audit_queue="audit")
 
 
 @endpoint.handler

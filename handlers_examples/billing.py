@@ -18,7 +18,8 @@ from handlers_examples.messages import OrderAccepted, OrderBilled, OrderPlaced
 
 log = structlog.get_logger("handlers_examples.billing")
 
-endpoint = Endpoint("billing", transaction_mode=TransactionMode.RECEIVE_ONLY, max_concurrency=4)
+endpoint = Endpoint("billing", transaction_mode=TransactionMode.RECEIVE_ONLY, max_concurrency=4,
+                    audit_queue="audit")
 
 
 @endpoint.handler

@@ -46,7 +46,8 @@ REMINDER_DELAY = timedelta(seconds=2)
 ``deliver_at=`` some weeks before the points expire; the example keeps it short so that a run
 completes fast while still showing delayed delivery end to end."""
 
-endpoint = Endpoint("loyalty", transaction_mode=TransactionMode.RECEIVE_ONLY, max_concurrency=4)
+endpoint = Endpoint("loyalty", transaction_mode=TransactionMode.RECEIVE_ONLY, max_concurrency=4,
+                    audit_queue="audit")
 endpoint.enable_outbox(pessimistic=True)
 
 

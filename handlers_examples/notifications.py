@@ -16,7 +16,8 @@ from handlers_examples.messages import OrderShipped, PointsAwarded
 
 log = structlog.get_logger("handlers_examples.notifications")
 
-endpoint = Endpoint("notifications", transaction_mode=TransactionMode.NONE, max_concurrency=4)
+endpoint = Endpoint("notifications", transaction_mode=TransactionMode.NONE, max_concurrency=4,
+                    audit_queue="audit")
 
 
 @endpoint.handler

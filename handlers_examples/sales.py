@@ -38,6 +38,7 @@ endpoint = Endpoint(
     transaction_mode=TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
     max_concurrency=4,
     unrecoverable_exceptions=(InvalidOrder,),
+    audit_queue="audit",
 )
 
 

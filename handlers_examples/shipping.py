@@ -28,6 +28,7 @@ endpoint = Endpoint(
     transaction_mode=TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
     batch_size=10,
     max_concurrency=4,
+    audit_queue="audit",
 )
 
 
