@@ -26,6 +26,7 @@ from endpoint_runtime.embedded import RedactedDsn, resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint, outbox_storage
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
+from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import subscribe_to_handled_types, subscription_store
 from endpoint_runtime.transport import PostgresTransport, QueueAddress
 
@@ -59,8 +60,7 @@ class EndpointDeployment:
         endpoint.validate()
         settings = settings or endpoint.settings
         if overrides:
-            settings = msgspec.structs.replace(settings, **overrides)
-            settings.__post_init__()
+            settings = replace_settings(settings, **overrides)
         transport_settings = settings.transport
         if transport_settings.schema != endpoint.address.schema:
             # The queue, the delayed-message store and the outbox of an endpoint are placed

@@ -33,8 +33,10 @@ from endpoint_runtime.settings import (
     EndpointSettings,
     OutboxSettings,
     TransportSettings,
+    check_names,
     load_settings,
 )
+from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import (
     subscribe_to_handled_types,
     subscription_store,
@@ -82,11 +84,7 @@ class Endpoint(Sender):
         if settings is None:
             settings = load_settings(EndpointSettings, **overrides)
         elif overrides:
-            try:
-                settings = msgspec.structs.replace(settings, **overrides)
-            except TypeError as exc:
-                raise ConfigurationError(f"unknown endpoint setting: {exc}") from exc
-            settings.__post_init__()
+            settings = replace_settings(settings, **overrides)
         self.settings = settings
         self.name = name
         self.address = QueueAddress.parse(name, settings.transport.schema)
@@ -257,12 +255,9 @@ class Endpoint(Sender):
 
         Needs ``TransactionMode.RECEIVE_ONLY``; any other mode fails here, at once.
         """
-        try:
-            outbox = OutboxSettings(**options)
-        except TypeError as exc:
-            raise ConfigurationError(f"unknown outbox option: {exc}") from exc
-        settings = msgspec.structs.replace(self.settings, outbox=outbox)
-        settings.__post_init__()
+        check_names(OutboxSettings, options)
+        outbox = OutboxSettings(**options)
+        settings = replace_settings(self.settings, outbox=outbox)
         self.settings = settings
         return outbox
 

@@ -11,13 +11,14 @@ Example::
 
 from __future__ import annotations
 
+import difflib
 import os
 import tomllib
 import typing
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
@@ -30,7 +31,7 @@ MIN_PEEK_DELAY = 0.1
 MAX_RECOMMENDED_PEEK_DELAY = 10.0
 
 
-class TransportSettings(msgspec.Struct, frozen=True, kw_only=True):
+class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How the PostgreSQL transport reaches and uses the database.
 
     Attributes:
@@ -163,6 +164,7 @@ def load_settings(
         values.update(section)
     values = _deep_merge(values, settings_from_env(settings_type, environ))
     values.update({k: v for k, v in overrides.items() if v is not None})
+    check_names(settings_type, values)
     try:
         # strict=False lets "0.5" from the environment become a float, "true" a bool.
         return msgspec.convert(values, settings_type, strict=False)
@@ -170,7 +172,8 @@ def load_settings(
         raise ConfigurationError(f"invalid {settings_type.__name__}: {exc}") from exc
 
 
-class DelayedDeliverySettings(msgspec.Struct, frozen=True, kw_only=True):
+class DelayedDeliverySettings(msgspec.Struct, frozen=True, kw_only=True,
+                             forbid_unknown_fields=True):
     """Delayed delivery through the endpoint's delayed-message store (seed 004 names).
 
     Attributes:
@@ -201,7 +204,7 @@ class DelayedDeliverySettings(msgspec.Struct, frozen=True, kw_only=True):
             raise ConfigurationError("need 0 < initial_backoff <= max_backoff")
 
 
-class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True):
+class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The outbox (SQL persistence names of the original).
 
     Attributes:
@@ -219,7 +222,7 @@ class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     pessimistic: bool = False
-    isolation: str = "read_committed"
+    isolation: Literal["read_committed", "repeatable_read", "serializable"] = "read_committed"
     table_name: str | None = None
     keep_deduplication_data_for: float = 7 * 86_400.0
     cleanup_interval: float = 60.0
@@ -244,7 +247,7 @@ def _default_concurrency() -> int:
     return max(2, os.cpu_count() or 1)
 
 
-class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
+class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """How one logical endpoint receives and processes messages.
 
     Attributes:
@@ -296,7 +299,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
     circuit_breaker_triggered_delay: float = 10.0
     throttle_after_failures: int = 0
     throttle_delay: float = 1.0
-    on_critical_error: str = "stop"
+    on_critical_error: Literal["stop", "log"] = "stop"
     delayed_delivery: DelayedDeliverySettings = msgspec.field(
         default_factory=DelayedDeliverySettings
     )
@@ -370,3 +373,31 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def max_receivers(self) -> int:
         return -(-self.max_concurrency // self.slots_per_receiver)
+
+
+def check_names(settings_type: type[msgspec.Struct], values: Mapping[str, Any],
+                where: str = "") -> None:
+    """Fail on a setting name ``settings_type`` does not have, naming the closest valid one
+    (``max_concurency`` -> ``max_concurrency``); nested settings are checked too."""
+    fields = {field.name: field for field in msgspec.structs.fields(settings_type)}
+    for name, value in values.items():
+        field = fields.get(name)
+        if field is None:
+            close = difflib.get_close_matches(name, fields, n=1)
+            hint = f"; did you mean {where + close[0]!r}?" if close else ""
+            raise ConfigurationError(
+                f"unknown {settings_type.__name__} setting {where + name!r}{hint}")
+        nested = _struct_type(field.type)
+        if nested is not None and isinstance(value, Mapping):
+            check_names(nested, value, f"{where}{name}.")
+
+
+def replace(settings: S, **changes: Any) -> S:
+    """A copy of ``settings`` with ``changes``, validated like settings loaded from a file:
+    unknown names fail with the closest valid one, invariants are checked."""
+    check_names(type(settings), changes)
+    changed = msgspec.structs.replace(settings, **changes)
+    post_init = getattr(changed, "__post_init__", None)
+    if post_init is not None:
+        post_init()
+    return changed
