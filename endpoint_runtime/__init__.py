@@ -22,9 +22,11 @@ from endpoint_runtime.deployment import EndpointDeployment
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import (
     ConfigurationError,
+    DiscardMessage,
     EndpointRuntimeError,
     MessageDecodeError,
     QueueNotFoundError,
+    RetryLater,
     UnknownMessageTypeError,
 )
 from endpoint_runtime.messages import Headers, MessageIntent
@@ -59,4 +61,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     "MessageDecodeError",
     "QueueNotFoundError",
     "UnknownMessageTypeError",
+    # handler control
+    "RetryLater",
+    "DiscardMessage",
 ]

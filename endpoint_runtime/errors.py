@@ -14,13 +14,18 @@ Every exception the runtime raises on purpose derives from :class:`EndpointRunti
     ├── PoisonMessageError                        headers that do not parse; keeps the raw row
     ├── TransactionAbortedError                   a handler swallowed a database error
     ├── HandlerCancelledError                     a handler cut short by a stop (NONE mode)
-    └── RecoverabilityFailedError                 the retry/error-queue step itself failed
+    ├── RecoverabilityFailedError                 the retry/error-queue step itself failed
+    └── HandlerControl                            raised by handlers to steer recoverability
+        ├── RetryLater                            roll back, deliver again after a delay
+        └── DiscardMessage                        roll back and drop the message
 
 Configuration errors also subclass ``ValueError`` so that code validating input in the
 usual Python way catches them.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 
 class EndpointRuntimeError(Exception):
@@ -119,4 +124,29 @@ class NotAQueueError(EndpointRuntimeError):
         super().__init__(f"cannot send to {address}: {reason}; sends and replies go only to "
                          "queue tables")
         self.address = address
+        self.reason = reason
+
+
+class HandlerControl(EndpointRuntimeError):
+    """Raised by a handler to tell recoverability what to do with its message (not a fault)."""
+
+
+class RetryLater(HandlerControl):
+    """Raise from a handler to roll back and deliver the message again after ``delay``.
+
+    Example::
+
+        raise RetryLater(timedelta(minutes=5))  # the payment provider is down
+    """
+
+    def __init__(self, delay: timedelta = timedelta(seconds=10)) -> None:
+        super().__init__(f"handler asked for a delayed retry in {delay}")
+        self.delay = delay
+
+
+class DiscardMessage(HandlerControl):
+    """Raise from a handler to roll back its work and drop the message, logging ``reason``."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
         self.reason = reason

@@ -23,11 +23,16 @@ import collections
 import enum
 import traceback
 import uuid
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import msgspec
 
-from endpoint_runtime.errors import MessageDecodeError, UnknownMessageTypeError
+from endpoint_runtime.errors import (
+    DiscardMessage,
+    MessageDecodeError,
+    RetryLater,
+    UnknownMessageTypeError,
+)
 from endpoint_runtime.messages import (
     Headers,
     OutgoingMessage,
@@ -63,22 +68,6 @@ class ErrorHeaders:
 class RetryHeaders:
     RETRIES = "NServiceBus.Retries"
     TIMESTAMP = "NServiceBus.Retries.Timestamp"
-
-
-class RetryLater(Exception):
-    """Raise from a handler to roll back and deliver the message again after ``delay``."""
-
-    def __init__(self, delay: timedelta = timedelta(seconds=10)) -> None:
-        super().__init__(f"handler asked for a delayed retry in {delay}")
-        self.delay = delay
-
-
-class DiscardMessage(Exception):
-    """Raise from a handler to roll back its work and drop the message, logging ``reason``."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class Action(enum.StrEnum):

@@ -34,10 +34,6 @@ from endpoint_runtime.transport.listening import Listener
 log = structlog.get_logger("endpoint_runtime.delayed")
 
 
-class DispatchFailed(Exception):
-    """Wraps the error of one delayed message's dispatch."""
-
-
 class RateLimiter:
     """At most ``per_second`` events per second (the recovery-failure limit)."""
 

@@ -33,7 +33,7 @@ def test_loaded_settings_are_checked_by_name_and_by_literal_values() -> None:
         load_settings(TransportSettings, peek_dealy=2.0)
     with pytest.raises(ConfigurationError, match="on_critical_error"):
         load_settings(EndpointSettings, on_critical_error="ignore")
-    with pytest.raises(ConfigurationError, match="did you mean 'outbox.isolation'"):
+    with pytest.raises(ConfigurationError, match=r"did you mean 'outbox\.isolation'"):
         load_settings(EndpointSettings, transaction_mode="receive_only",
                       outbox={"isolaton": "serializable"})
 
