@@ -7,6 +7,7 @@ import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import asyncpg
 import msgspec
@@ -28,7 +29,7 @@ from tests.e2e.conftest import (
     wait_for,
 )
 from tests.support.arrivals import arrivals, assert_on_time, record_arrivals
-from tests.support.recoverability_endpoints import HOOK_DIR, Attempt, Charge
+from tests.support.recoverability_endpoints import Attempt, Charge
 
 pytestmark = pytest.mark.ray
 MODULE = "tests.support.recoverability_endpoints"
@@ -158,18 +159,18 @@ async def test_replay_from_the_error_queue_after_a_fix(
 
     await wait_for(lambda: count(db.pool, "SELECT count(*) FROM charges"), timeout=15,
                    what="the replayed charge")
+    assert [a.key for a in await attempts(db)] == ["replayed", "replayed"]  # it ran again
     assert await db.depth("error") == 0
 
 
 async def test_throttling_starts_after_repeated_failures_and_ends_on_success(
-    db: PostgresTransport, deployer: Deployer
+    db: PostgresTransport, deployer: Deployer, tmp_path: Path
 ) -> None:
-    log_file = HOOK_DIR / "switched.log"
-    log_file.unlink(missing_ok=True)
+    log_file = tmp_path / "switched.log"
     deployment = await deployer.start("switched", module=MODULE)
     await db.pool.execute("UPDATE switch SET broken = true")
     for i in range(5):
-        await db.send("switched", _outgoing(Charge(f"f{i}", "ok")))
+        await db.send("switched", _outgoing(Charge(f"f{i}", "ok", hook_log=str(log_file))))
 
     async def throttled() -> bool:
         status = await fresh_status(deployment)
@@ -244,9 +245,13 @@ async def test_nothing_is_lost_when_a_replay_fails_again(
     await db.send("switched", sent)
     await wait_for(lambda: db.depth("error"), timeout=15, what="the error queue")
 
-    await retry_failed(db, sent_native_id(sent))  # not fixed yet
+    assert await retry_failed(db, sent_native_id(sent)) == "public.switched"  # not fixed yet
 
     async def back_in_error() -> bool:
         return await db.depth("error") == 1 and await db.depth("switched") == 0
 
     await wait_for(back_in_error, timeout=15, what="the failed replay back in the error queue")
+    assert [a.key for a in await attempts(db)] == ["twice", "twice"]  # the handler ran again
+    [failed] = await drain_queue(db, "error")
+    assert failed.native_id == sent_native_id(sent)  # the same message, nothing lost
+    assert await count(db.pool, "SELECT count(*) FROM charges") == 0

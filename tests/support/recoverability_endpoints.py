@@ -7,7 +7,6 @@ commit at once, so every attempt is counted even when its transaction rolls back
 from __future__ import annotations
 
 import asyncio
-import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -16,12 +15,16 @@ import msgspec
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
 from endpoint_runtime.recoverability import DiscardMessage, RetryLater
 
-HOOK_DIR = Path(os.environ.get("ER_TEST_HOOK_DIR", "/tmp/endpoint_runtime_test_hooks"))
+# Where the throttling hooks of "switched" write, in the receiver's process: the test's own
+# temporary file, named by the messages (hooks get no arguments, and the receiver runs in a
+# process of its own, so a test cannot hand it a path any other way).
+hook_log: Path | None = None
 
 
 class Charge(msgspec.Struct):
     key: str
     behaviour: str = "fail"  # fail | ok | unrecoverable | retry_later | discard | defer
+    hook_log: str = ""  # "switched": the file its throttling hooks write to
 
 
 class Attempt(msgspec.Struct):
@@ -83,6 +86,10 @@ switched = Endpoint(
 
 @switched.handler
 async def switched_charge(message: Charge, context: HandlerContext) -> None:
+    global hook_log
+    if message.hook_log:
+        hook_log = Path(message.hook_log)
+    await record_attempt(message, context)
     broken = await context.connection.fetchval("SELECT broken FROM switch")
     if broken:
         raise RuntimeError("downstream system unavailable")
@@ -92,9 +99,9 @@ async def switched_charge(message: Charge, context: HandlerContext) -> None:
 
 
 def _hook_line(event: str) -> None:
-    HOOK_DIR.mkdir(parents=True, exist_ok=True)
-    with (HOOK_DIR / "switched.log").open("a") as f:
-        f.write(event + "\n")
+    if hook_log is not None:
+        with hook_log.open("a") as f:
+            f.write(event + "\n")
 
 
 switched.on_throttling_started(lambda: _hook_line("throttling_started"))
