@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 import uuid
 
 import pytest
@@ -108,34 +107,38 @@ async def test_receiver_killed_mid_message_loses_nothing(
     assert await transport.depth("error") == 0
 
 
+WAKE_BOUND = 2.0
+"""Seconds within which LISTEN must have woken the endpoint. A wake-up takes milliseconds (the
+README's idle latency: p50 2 to 3 ms); the bound leaves a wide margin for a loaded, shared 2-core
+machine and Ray. With the peek delay at 10 s, polling alone would meet it for all three
+messages with a chance of (2/10)^3 < 1 %."""
+
+
 async def test_listen_wakes_an_idle_endpoint_long_before_the_peek_delay(
     deployer: Deployer, transport: PostgresTransport, sender: Sender
 ) -> None:
-    peek_delay = 5.0
+    peek_delay = 10.0
     await transport.pool.execute("CREATE TABLE handled (n int NOT NULL, at timestamptz)")
     deployment = await deployer.start("wakeup_endpoint", peek_delay=peek_delay)
     latencies = []
-    for n in (1, 2, 3):  # polling alone would make all three wait ~2.5 s on average
+    for n in (1, 2, 3):
 
         async def idle() -> bool:
             status = await fresh_status(deployment)
             return (len(status.receivers) >= 1 and status.estimate == 0
                     and all(r.slots == 0 and r.in_flight == 0 for r in status.receivers))
 
-        await wait_for(idle, timeout=10, what="an idle endpoint with a receiver")
+        await wait_for(idle, timeout=15, what="an idle endpoint with a receiver")
         assert await transport.depth("wakeup") == 0
         sent_at = await transport.pool.fetchval("SELECT clock_timestamp()")
-        started = time.perf_counter()
         await sender.send(Wake(n), destination="wakeup")
 
         async def row(n: int = n) -> object:
             return await transport.pool.fetchval("SELECT at FROM handled WHERE n = $1", n)
 
-        handled_at = await wait_for(row, timeout=1.0, interval=0.01,
-                                    what=f"message {n} handled within 1 s of its send")
-        elapsed = time.perf_counter() - started
-        latency = (handled_at - sent_at).total_seconds()
-        assert elapsed < 1.0
-        assert 0 < latency < 1.0
-        latencies.append(latency)
-    assert max(latencies) < peek_delay / 5, latencies
+        # Latency by the database's clock (send to handler), not the time this test's
+        # polling through Ray takes.
+        handled_at = await wait_for(row, timeout=peek_delay * 2, interval=0.01,
+                                    what=f"message {n} handled")
+        latencies.append((handled_at - sent_at).total_seconds())
+    assert all(0 < latency < WAKE_BOUND for latency in latencies), latencies

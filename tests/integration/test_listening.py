@@ -30,7 +30,8 @@ async def test_listener_reconnects_and_calls_back_after_a_lost_connection(
 
         await transport.pool.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid()")
+            "WHERE query LIKE 'LISTEN%' AND pid <> pg_backend_pid() "
+            "AND datname = current_database()")  # this test's listener only
         await wait_until(lambda: listener.reconnections == 1)
         assert calls == ["wake", "wake"]  # one call after reconnecting: look for missed work
 
