@@ -8,6 +8,8 @@ import json
 import logging
 import math
 import os
+import platform
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
@@ -17,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import psutil
 import structlog
 
 from endpoint_runtime.transport.addresses import quote_identifier
@@ -141,6 +144,26 @@ async def throwaway_database(dsn: str, prefix: str = "er_bench") -> AsyncIterato
             await admin.close()
 
 
+def provenance() -> dict[str, Any]:
+    """What a result was measured on: the commit (``-dirty`` with uncommitted changes) and the
+    machine, so that a result file says which code and which box its figures belong to."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                                text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, capture_output=True, text=True, check=True).stdout
+        commit += "-dirty" if dirty.strip() else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return {
+        "commit": commit,
+        "machine": {"node": platform.node(), "cpus": os.cpu_count(),
+                    "memory_gb": round(psutil.virtual_memory().total / 2**30, 1),
+                    "system": platform.platform()},
+    }
+
+
 def run_benchmark(
     name: str,
     parse: Callable[[list[str] | None], argparse.Namespace],
@@ -151,7 +174,7 @@ def run_benchmark(
     ``--quick``, and print it as the last line of stdout (one JSON object)."""
     args = parse(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    result = asyncio.run(main(args))
+    result = {**asyncio.run(main(args)), **provenance()}
     if not args.quick:
         progress(f"wrote {write_result(name, result)}")
     print(json.dumps(result), flush=True)
