@@ -13,6 +13,7 @@ compete on the same queue safely, each message taken once (SKIP LOCKED).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from typing import Any
 
@@ -32,13 +33,20 @@ from endpoint_runtime.transport import PostgresTransport, QueueAddress
 
 log = structlog.get_logger("endpoint_runtime.deployment")
 
+RESTART_TIMEOUT_SECONDS = 120.0
+"""How long a restart may wait for the cluster to place and start a new peeker."""
+
 
 class EndpointDeployment:
     """A running endpoint: one PeekerActor and the ReceiverActors it manages."""
 
-    def __init__(self, config: DeploymentConfig, peeker: Any) -> None:
+    def __init__(self, config: DeploymentConfig, peeker: Any,
+                 peeker_resources: dict[str, float] | None = None) -> None:
         self.config = config
         self.peeker = peeker
+        self.peeker_resources = peeker_resources
+        self.restarts = 0
+        """Times :meth:`restart` recreated the peeker."""
 
     @classmethod
     async def start(
@@ -46,12 +54,16 @@ class EndpointDeployment:
         endpoint: str | Endpoint,
         *,
         settings: EndpointSettings | None = None,
+        peeker_resources: dict[str, float] | None = None,
         **overrides: Any,
     ) -> EndpointDeployment:
         """Create the endpoint's queues, then start its peeker (which starts receivers).
 
         ``endpoint`` is an Endpoint defined at module level, or its ``module:attribute`` path.
         Setting overrides (e.g. ``max_concurrency=4``) apply to this deployment only.
+        ``peeker_resources``: Ray custom resources the peeker requires (the node it runs on);
+        by default it runs on the driver's node. Receivers are placed by the settings'
+        ``receiver_resources`` (default: spread over the nodes).
         """
         if isinstance(endpoint, str):
             path, endpoint = endpoint, load_endpoint(endpoint)
@@ -102,13 +114,30 @@ class EndpointDeployment:
             deployment_id=uuid.uuid4().hex[:8],
         )
         ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
-        peeker = PeekerActor.options(
-            num_cpus=0, max_restarts=0, name=f"peeker-{endpoint.name}-{config.deployment_id}"
-        ).remote(config)
-        await peeker.start.remote()  # type: ignore[attr-defined]
+        peeker = await _start_peeker(config, peeker_resources)
         log.info("endpoint_started", endpoint=endpoint.name, path=path,
                  mode=settings.mode.value, max_concurrency=settings.max_concurrency)
-        return cls(config, peeker)
+        return cls(config, peeker, peeker_resources)
+
+    async def restart(self) -> None:
+        """Start a new peeker (with new receivers) after this one was lost, e.g. with the
+        node it ran on. The old peeker's receivers die with it (Ray ends the actors an actor
+        created when it dies), so their in-flight messages roll back and come again; the
+        queues and tables exist already. Counts start again from zero."""
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.kill(self.peeker, no_restart=True)
+        self.config = msgspec.structs.replace(self.config, deployment_id=uuid.uuid4().hex[:8])
+        resources = self.peeker_resources
+        if resources and not await asyncio.to_thread(_some_live_node_has, resources):
+            # Pinned to the node that was lost: anywhere is better than waiting for it.
+            log.warning("peeker_placement_unavailable", resources=resources)
+            resources = None
+        self.peeker = await _start_peeker(self.config, resources)
+        self.restarts += 1
+        log.warning("endpoint_restarted", endpoint=self.config.endpoint_name,
+                    restarts=self.restarts)
 
     async def status(self, refresh: bool = False) -> DeploymentStatus:
         """Status of the peeker and its receivers; by default as of the last peek cycle,
@@ -123,6 +152,34 @@ class EndpointDeployment:
         pids: list[int] = await self.peeker.receiver_pids.remote()
         return pids
 
+    async def supervised_status(self, *, attempts: int = 5,
+                                pause: float = 5.0) -> DeploymentStatus:
+        """:meth:`status`, recreating the peeker first when it is gone (its node lost): the
+        supervisor of ``endpoint-runtime run`` and ``python -m endpoint_runtime.submit``.
+        Raises the last error when ``attempts`` restarts in a row fail."""
+        import ray
+
+        for attempt in range(1, attempts + 1):
+            try:
+                return await self.status()
+            except ray.exceptions.RayActorError as exc:
+                log.error("peeker_lost", endpoint=self.config.endpoint_name,
+                          error=str(exc).strip().splitlines()[-1][:500], attempt=attempt)
+                if attempt == attempts:
+                    raise
+            try:
+                await asyncio.wait_for(self.restart(), RESTART_TIMEOUT_SECONDS)
+            except (ray.exceptions.RayError, TimeoutError) as exc:
+                log.error("restart_failed", endpoint=self.config.endpoint_name,
+                          error=f"{type(exc).__name__}: {exc}"[:500])
+                await asyncio.sleep(pause)
+        raise AssertionError("unreachable")
+
+    async def node_of_peeker(self) -> str:
+        """The Ray node id the peeker runs on."""
+        node: str = await self.peeker.node_id.remote()
+        return node
+
     async def stop(self) -> DeploymentStatus:
         """Graceful stop (receivers finish in-flight work within ``stop_timeout``)."""
         import ray
@@ -132,3 +189,24 @@ class EndpointDeployment:
         log.info("endpoint_stopped", endpoint=self.config.endpoint_name,
                  processed=final.processed)
         return final
+
+
+async def _start_peeker(config: DeploymentConfig, resources: dict[str, float] | None) -> Any:
+    """Create the PeekerActor of ``config`` (on a node with ``resources``, when given) and
+    wait until it has started its receivers."""
+    placement: dict[str, Any] = {"resources": dict(resources)} if resources else {}
+    peeker = PeekerActor.options(
+        num_cpus=0, max_restarts=0, name=f"peeker-{config.endpoint_name}-{config.deployment_id}",
+        **placement,
+    ).remote(config)
+    await peeker.start.remote()  # type: ignore[attr-defined]
+    return peeker
+
+
+def _some_live_node_has(resources: dict[str, float]) -> bool:
+    import ray
+
+    return any(
+        node.get("Alive") and all(node["Resources"].get(k, 0) >= v for k, v in resources.items())
+        for node in ray.nodes()  # type: ignore[no-untyped-call]
+    )

@@ -280,6 +280,9 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         stop_timeout: seconds a graceful stop waits for in-flight handlers before cancelling.
         scale_down_after: seconds of empty peeks before surplus receivers are retired.
         receiver_num_cpus: Ray CPUs reserved per receiver (0: do not reserve).
+        receiver_resources: Ray custom resources each receiver requires, which pins receivers
+            to the nodes that have them (``{"queue_workers": 1}``); empty: spread receivers
+            across every node (Ray's SPREAD strategy).
     """
 
     transaction_mode: TransactionMode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
@@ -307,6 +310,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     stop_timeout: float = 30.0
     scale_down_after: float = 10.0
     receiver_num_cpus: float = 0.0
+    receiver_resources: dict[str, float] = msgspec.field(default_factory=dict)
     transport: TransportSettings = msgspec.field(default_factory=TransportSettings)
 
     def __post_init__(self) -> None:

@@ -11,6 +11,7 @@ flight across the deployment at any moment.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 import uuid
@@ -20,6 +21,7 @@ import asyncpg
 import msgspec
 import ray
 import structlog
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from endpoint_runtime.actors import scaling
 from endpoint_runtime.actors.crash_ledger import (
@@ -81,6 +83,21 @@ class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
     retired_processed: int = 0
     """Messages processed by receivers that were retired or died (their last status)."""
     retired_failed: int = 0
+    retired_by_node: dict[str, int] = {}
+    """Messages processed by retired or dead receivers, per Ray node id."""
+
+    @property
+    def receivers_by_node(self) -> dict[str, int]:
+        """Receivers running on each Ray node (node id: count)."""
+        return dict(collections.Counter(r.node_id for r in self.receivers))
+
+    @property
+    def processed_by_node(self) -> dict[str, int]:
+        """Messages processed on each Ray node, by running and retired receivers alike."""
+        counts = collections.Counter(self.retired_by_node)
+        for receiver in self.receivers:
+            counts[receiver.node_id] += receiver.processed
+        return dict(counts)
 
     @property
     def in_flight(self) -> int:
@@ -153,11 +170,13 @@ class Peeker:
         )
         self._retired_processed = 0
         self._retired_failed = 0
+        self._retired_by_node: collections.Counter[str] = collections.Counter()
 
     def _count_retired(self, last: ReceiverStatus | None) -> None:
         if last is not None:
             self._retired_processed += last.processed
             self._retired_failed += last.failed
+            self._retired_by_node[last.node_id] += last.processed
 
     def on_critical_error(self, message: str, exc: BaseException) -> None:
         """Default critical-error action: log it and, unless configured to only log, stop
@@ -329,6 +348,11 @@ class Peeker:
         node_id = handle.node_id or (handle.last.node_id if handle.last else None)
         if node_id is None:
             return  # it died before it could take anything
+        if not await asyncio.to_thread(_node_alive, node_id):
+            # The whole node went down (a machine lost, its raylet killed): the receiver's
+            # connections closed with it and its messages rolled back. Not the messages' fault.
+            log.warning("receiver_node_lost", receiver=handle.receiver_id, node=node_id[:12])
+            return
         path = handle.ledger or str(ledger_path(handle.receiver_id))
         try:
             native_ids = await asyncio.wait_for(read_ledger_on_node(node_id, path),
@@ -350,8 +374,15 @@ class Peeker:
             handle = self._receivers.pop()
             await self._retire(handle)
         new: list[_Handle] = []
-        while len(self._receivers) + len(new) < wanted:
-            new.append(self._launch())
+        missing = wanted - len(self._receivers)
+        if missing > 0:
+            nodes: list[str | None] = [None] * missing
+            if not self.settings.receiver_resources:
+                nodes = list(scaling.spread_over_nodes(
+                    await asyncio.to_thread(_live_nodes), [h.node_id for h in self._receivers],
+                    missing))
+                nodes += [None] * (missing - len(nodes))
+            new = [self._launch(node) for node in nodes]
         if new:
             version, doomed = self._deaths.version, self._deaths.snapshot() or None
             started = await asyncio.gather(
@@ -368,7 +399,7 @@ class Peeker:
                     self._receivers.append(handle)
         await self._apply_allowances()
 
-    def _launch(self) -> _Handle:
+    def _launch(self, node_id: str | None) -> _Handle:
         receiver_id = f"{self.config.endpoint_name}-{uuid.uuid4().hex[:8]}"
         config = ReceiverConfig(
             endpoint_path=self.config.endpoint_path,
@@ -376,13 +407,21 @@ class Peeker:
             settings=self.settings,
             receiver_id=receiver_id,
         )
+        # Placement: pinned to the nodes that have the custom resources asked for, or spread
+        # over the live nodes (``node_id``: the one with the fewest receivers). Hard affinity:
+        # Ray's soft affinity moved receivers to other nodes now and then; if the node is
+        # gone, the start fails and the next cycle places the receiver on a live node. Never
+        # restarted by Ray: the peeker replaces dead receivers itself.
+        placement: dict[str, Any] = {"scheduling_strategy": "SPREAD"}
+        if self.settings.receiver_resources:
+            placement = {"resources": dict(self.settings.receiver_resources)}
+        elif node_id is not None:
+            placement = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
         actor = ReceiverActor.options(
-            num_cpus=self.settings.receiver_num_cpus,
-            scheduling_strategy="SPREAD",
-            max_restarts=0,
+            num_cpus=self.settings.receiver_num_cpus, max_restarts=0, **placement,
         ).remote(config)
-        log.info("receiver_launched", receiver=receiver_id)
-        return _Handle(receiver_id=receiver_id, actor=actor)
+        log.info("receiver_launched", receiver=receiver_id, node=(node_id or "?")[:12])
+        return _Handle(receiver_id=receiver_id, actor=actor, node_id=node_id)
 
     async def _apply_allowances(self) -> None:
         targets = scaling.allowances(
@@ -452,7 +491,12 @@ class Peeker:
             doomed_messages=len(self._deaths.doomed),
             retired_processed=self._retired_processed,
             retired_failed=self._retired_failed,
+            retired_by_node=dict(self._retired_by_node),
         )
+
+    def node_id(self) -> str:
+        """The Ray node this peeker runs on."""
+        return str(ray.get_runtime_context().get_node_id())
 
     async def receiver_pids(self) -> list[int]:
         await self._refresh_statuses()
@@ -494,6 +538,18 @@ class Peeker:
             await self._pool.close()
         log.info("peeker_stopped")
         return self._status([s for s in final if isinstance(s, ReceiverStatus)])
+
+
+def _live_nodes() -> list[str]:
+    """Ids of the nodes Ray counts alive, in a stable order."""
+    return sorted(node["NodeID"] for node in ray.nodes()  # type: ignore[no-untyped-call]
+                  if node.get("Alive"))
+
+
+def _node_alive(node_id: str) -> bool:
+    """Whether Ray's control store still counts ``node_id`` among the live nodes."""
+    return any(node.get("NodeID") == node_id and node.get("Alive")
+               for node in ray.nodes())  # type: ignore[no-untyped-call]
 
 
 def _last_line(error: BaseException) -> str:

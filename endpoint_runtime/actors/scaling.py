@@ -7,7 +7,9 @@ of messages in flight) never exceeds ``max_concurrency``.
 
 from __future__ import annotations
 
+import collections
 import math
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
@@ -51,3 +53,21 @@ def allowances(receivers: int, max_concurrency: int, slots_per_receiver: int) ->
         result.append(share)
         left -= share
     return result
+
+
+def spread_over_nodes(nodes: Sequence[str], placed: Iterable[str | None], count: int) -> list[str]:
+    """Nodes for ``count`` new receivers: each on the node with the fewest receivers so far
+    (``placed``: the node of each running receiver), ties broken by the order of ``nodes``.
+
+    Ray's own SPREAD strategy is best effort (it may put two receivers on one node while
+    another has none); this keeps the receivers of a deployment even across live nodes.
+    """
+    if not nodes:
+        return []
+    load = collections.Counter(node for node in placed if node in set(nodes))
+    chosen = []
+    for _ in range(count):
+        node = min(nodes, key=lambda n: (load[n], nodes.index(n)))
+        load[node] += 1
+        chosen.append(node)
+    return chosen

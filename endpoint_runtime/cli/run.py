@@ -152,7 +152,8 @@ async def _report_until_stopped(
         if stop_requested.is_set():
             break
         try:
-            status = await deployment.status()
+            # The supervisor: a peeker lost with its node is recreated on a surviving one.
+            status = await deployment.supervised_status()
         except ray.exceptions.RayActorError as exc:
             log.error("peeker_lost", error=str(exc).splitlines()[0])
             return EXIT_FAILED
@@ -179,6 +180,7 @@ async def _report_until_stopped(
             depth=depth,
             estimate=status.estimate,
             receivers=len(status.receivers),
+            receivers_by_node={node[:8]: n for node, n in status.receivers_by_node.items()},
             in_flight=status.in_flight,
             max_concurrency=status.max_concurrency,
             processed=status.processed,

@@ -1,0 +1,175 @@
+"""Several Ray nodes on one machine: a head and workers started with ``ray start``.
+
+Each node is its own raylet (with its own CPUs, object store and custom resources) in one
+private ``--temp-dir``, on ports chosen here (never 6379, which Redis holds on these machines,
+nor Ray's worker port range 10002-19999). Everything is stopped by PID: the processes whose
+command line names this cluster's temp dir. Never ``ray stop``, which stops every Ray process
+of the machine, other people's too.
+
+Example::
+
+    cluster = LocalCluster(workers=[{"node_b": 1}, {"node_c": 1}])
+    cluster.start()
+    ray.init(address=cluster.address)
+    ...
+    cluster.kill_node(1)  # the first worker's raylet, SIGKILL
+    cluster.shutdown()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+RAY = str(Path(sys.executable).with_name("ray"))
+
+
+def free_port() -> int:
+    """A free TCP port outside Ray's worker port range (10002-19999)."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        if not 10002 <= port <= 19999 and port != 6379:
+            return port
+
+
+def node_environment() -> dict[str, str]:
+    """What every node (and driver) of the cluster runs with: token auth on (a machine where
+    any Ray ran has ``~/.ray/auth_token``, and Ray 2.60 then requires it), workers at
+    normal priority, the checkout importable by workers."""
+    env = dict(os.environ)
+    env.pop("RAY_ADDRESS", None)
+    env["RAY_AUTH_MODE"] = "token"
+    env["RAY_worker_niceness"] = "0"
+    env["RAY_enable_worker_prestart"] = "0"
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    return env
+
+
+class LocalCluster:
+    """A head node and ``workers`` worker nodes (each a dict of custom resources)."""
+
+    def __init__(self, workers: list[dict[str, float]], *, cpus_per_node: int = 2,
+                 object_store_bytes: int = 100 * 1024 * 1024,
+                 head_resources: dict[str, float] | None = None) -> None:
+        self.temp_dir = tempfile.mkdtemp(prefix="er-cl-", dir="/tmp")  # short: socket paths
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.cpus_per_node = cpus_per_node
+        self.object_store_bytes = object_store_bytes
+        self.node_resources = [{"head": 1.0, **(head_resources or {})}, *workers]
+        self.node_manager_ports: dict[int, int] = {}
+        self.environment = node_environment()
+
+    def _start_node(self, index: int) -> None:
+        manager_port = free_port()
+        self.node_manager_ports[index] = manager_port
+        common = [
+            f"--num-cpus={self.cpus_per_node}",
+            f"--object-store-memory={self.object_store_bytes}",
+            f"--resources={json.dumps(self.node_resources[index])}",
+            f"--node-manager-port={manager_port}",
+            f"--object-manager-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--dashboard-agent-grpc-port={free_port()}",
+            f"--runtime-env-agent-port={free_port()}",
+            "--node-ip-address=127.0.0.1",
+            "--disable-usage-stats",
+        ]
+        if index == 0:
+            command = [RAY, "start", "--head", f"--port={self.port}",
+                       f"--temp-dir={self.temp_dir}", "--include-dashboard=false",
+                       f"--ray-client-server-port={free_port()}", *common]
+        else:
+            command = [RAY, "start", f"--address={self.address}", *common]
+        # Handlers of the tests say where they ran: workers inherit their raylet's environment.
+        environment = {**self.environment, "ER_TEST_NODE": str(index)}
+        result = subprocess.run(command, env=environment, capture_output=True, text=True,
+                                timeout=120, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"ray start of node {index} failed:\n{result.stdout[-3000:]}\n"
+                               f"{result.stderr[-3000:]}")
+
+    def start(self) -> None:
+        try:
+            for index in range(len(self.node_resources)):
+                self._start_node(index)
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def restart_node(self, index: int) -> None:
+        """Start node ``index`` again (after :meth:`kill_node`), with its resources."""
+        with _gone():
+            raylet = self.raylet(index)
+            raylet.kill()
+        self._start_node(index)
+
+    def driver_environment(self, **extra: str) -> dict[str, str]:
+        """The environment of a driver process of this cluster (``RAY_ADDRESS`` set)."""
+        return {**self.environment, "RAY_ADDRESS": self.address, **extra}
+
+    def processes(self) -> list[psutil.Process]:
+        """This cluster's processes: those whose command lines name its temp dir, and their
+        descendants (workers rename themselves ``ray::...``)."""
+        found: dict[int, psutil.Process] = {}
+        for process in psutil.process_iter(["cmdline"]):
+            with _gone():
+                cmdline = " ".join(process.info["cmdline"] or ())
+                if self.temp_dir in cmdline and process.pid != os.getpid():
+                    found[process.pid] = process
+                    for child in process.children(recursive=True):
+                        found.setdefault(child.pid, child)
+        return list(found.values())
+
+    def raylet(self, index: int) -> psutil.Process:
+        flag = f"--node_manager_port={self.node_manager_ports[index]}"
+        for process in self.processes():
+            with _gone():
+                cmdline = process.cmdline()
+            if cmdline and cmdline[0].endswith("raylet") and flag in cmdline:
+                return process
+        raise LookupError(f"no raylet for node {index}")
+
+    def kill_node(self, index: int) -> int:
+        """SIGKILL node ``index``'s raylet (as a machine that vanishes); returns its PID."""
+        raylet = self.raylet(index)
+        raylet.send_signal(signal.SIGKILL)
+        return raylet.pid
+
+    def shutdown(self) -> None:
+        """SIGTERM, then SIGKILL, every process of this cluster (by PID); remove its files."""
+        processes = self.processes()
+        for process in processes:
+            with _gone():
+                process.terminate()
+        _, alive = psutil.wait_procs(processes, timeout=10)
+        for process in alive:
+            with _gone():
+                process.kill()
+        psutil.wait_procs(alive, timeout=10)
+        time.sleep(0.2)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+class _gone:
+    """Ignore a process that exited meanwhile."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, value: object, traceback: object) -> bool:
+        return isinstance(value, psutil.NoSuchProcess | psutil.AccessDenied | LookupError)
