@@ -37,6 +37,7 @@ from endpoint_runtime.cli import (
     errors,
     ingest,
     queues,
+    report,
     run,
     send,
     status,
@@ -65,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                         help="TOML settings file (its [transport] table is read)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (run, ingest, send, queues, errors, subscriptions, status, database):
+    for module in (run, ingest, send, queues, errors, subscriptions, status, report,
+                   database):
         module.add_parser(commands, common)
     return parser
 

@@ -1,0 +1,276 @@
+"""The Spark report (``endpoint-runtime report``) over a generated audit set.
+
+A realistic set goes straight into ``audit_log`` and ``error_log`` of a throwaway database
+with COPY: six endpoints and seven message types in an order saga (web -> sales -> billing and
+inventory -> shipping -> notifications and back to sales), a diurnal load over several days,
+background failures and a 20-minute failure burst in billing (its messages and their
+follow-ups never get processed), delayed retries, and 2% long conversations (a shipment
+timeout of 10-120 minutes). Then the report runs in this process, Spark's start included,
+and the last line of stdout is JSON: ``rows``, ``wall_s`` (the report; generation not
+counted), ``rows_per_s``, ``stages`` (seconds per stage), ``peak_driver_rss_mb`` (the Spark
+driver JVM's peak resident set) and ``peak_python_rss_mb``.
+
+Run ``python -m benchmarks.analytics --help``; the target is 1M rows in under 3 minutes on
+the 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import numpy as np
+import psutil
+
+from benchmarks.common import progress, run_benchmark, throwaway_database
+from endpoint_runtime.analytics.options import ReportOptions
+from endpoint_runtime.embedded import resolve_dsn, with_database
+from endpoint_runtime.ingestion.storage import AUDIT_FIELDS, ERROR_FIELDS, OperationalData
+
+QUICK_ROWS = 50_000
+CHUNK = 100_000
+MACHINES = ("app-1", "app-2", "app-3")
+
+
+@dataclass(frozen=True)
+class Step:
+    parent: int | None
+    sender: str
+    receiver: str
+    message_type: str
+    processing_ms: float
+    """Median processing time (log-normal around it)."""
+
+
+# One order's saga; step 7 only happens in long conversations (a deferred timeout).
+SAGA = (
+    Step(None, "web", "sales", "Sales.PlaceOrder", 12.0),
+    Step(0, "sales", "billing", "Sales.OrderPlaced", 35.0),
+    Step(0, "sales", "inventory", "Sales.OrderPlaced", 8.0),
+    Step(1, "billing", "shipping", "Billing.OrderBilled", 6.0),
+    Step(2, "inventory", "shipping", "Inventory.StockReserved", 5.0),
+    Step(3, "shipping", "notifications", "Shipping.OrderShipped", 20.0),
+    Step(3, "shipping", "sales", "Shipping.OrderShipped", 4.0),
+    Step(3, "shipping", "shipping", "Shipping.ShipmentTimeout", 3.0),
+)
+LONG_SHARE = 0.02
+BASE_FAILURE = 0.002
+BURST_FAILURE = 0.35
+BURST_MINUTES = 20
+EXCEPTIONS = {
+    "billing": [("System.TimeoutException", "payment gateway timed out after 30000 ms")],
+    "inventory": [("Inventory.OutOfStockException", "no stock left for the product")],
+    "shipping": [("Npgsql.PostgresException", "40001: could not serialize access")],
+    "notifications": [("System.Net.Mail.SmtpException", "mailbox unavailable")],
+    "sales": [("System.InvalidOperationException", "order already placed")],
+}
+HEADERS = ('{"NServiceBus.MessageId":"%s","NServiceBus.ContentType":"application/json",'
+           '"NServiceBus.Version":"8.0.0","NServiceBus.OriginatingMachine":"app-1",'
+           '"NServiceBus.MessageIntent":"Send","NServiceBus.TimeSent":"...",'
+           '"NServiceBus.ProcessingStarted":"...","NServiceBus.ProcessingEnded":"..."}')
+
+
+@dataclass
+class AuditSet:
+    audit: list[tuple[Any, ...]]
+    errors: list[tuple[Any, ...]]
+    start: datetime
+    end: datetime
+
+
+def diurnal_starts(rng: np.random.Generator, count: int, start: datetime,
+                   days: float) -> np.ndarray:
+    """Conversation start offsets (seconds), busier by day (peak 14:00 UTC) than by night."""
+    seconds = days * 86400
+    accepted = np.empty(0)
+    while accepted.size < count:
+        candidates = rng.uniform(0, seconds, size=count * 2)
+        hour = ((start.hour * 3600 + candidates) % 86400) / 3600
+        weight = 1 + 0.8 * np.sin(2 * np.pi * (hour - 8) / 24)
+        accepted = np.concatenate([accepted, candidates[rng.uniform(0, 1.8, size=count * 2)
+                                                        < weight]])
+    return np.sort(accepted[:count])
+
+
+def generate(rows: int, days: float, seed: int = 7) -> AuditSet:
+    """About ``rows`` audit rows (whole conversations) and their failed messages."""
+    rng = np.random.default_rng(seed)
+    end = datetime.now(UTC).replace(second=0, microsecond=0)
+    start = end - timedelta(days=days)
+    per_conversation = 7 * (1 - LONG_SHARE) + 8 * LONG_SHARE
+    count = max(1, math.ceil(rows / per_conversation))
+    began = diurnal_starts(rng, count, start, days)
+    long_ones = rng.uniform(size=count) < LONG_SHARE
+    burst_start = days * 86400 * 0.4
+    conversation_ids = [str(uuid.UUID(int=int(n), version=4))
+                        for n in rng.integers(0, 2**62, size=count)]
+    sent = np.zeros((len(SAGA), count))
+    ended = np.zeros((len(SAGA), count))
+    alive = np.zeros((len(SAGA), count), dtype=bool)
+    audit: list[tuple[Any, ...]] = []
+    errors: list[tuple[Any, ...]] = []
+    for index, step in enumerate(SAGA):
+        if step.parent is None:
+            sent[index] = began
+            alive[index] = True
+        else:
+            parent = step.parent
+            # Sent while the parent's handler ran: just before its end.
+            sent[index] = ended[parent] - rng.uniform(0, 0.002, size=count)
+            alive[index] = alive[parent]
+        if index == 7:
+            alive[index] &= long_ones
+            sent[index] += 0  # the deferral: handled after its delay
+        if index in (5, 6):  # long conversations wait for the shipment timeout first
+            sent[index] += np.where(long_ones, rng.uniform(600, 7200, size=count), 0)
+        # Queue wait grows with load (busy hours); then the handler's time.
+        hour = ((start.hour * 3600 + sent[index]) % 86400) / 3600
+        load = 1 + 0.8 * np.sin(2 * np.pi * (hour - 8) / 24)
+        wait = rng.lognormal(np.log(15 * load), 0.9, size=count) / 1000
+        delay = np.where(long_ones, rng.uniform(600, 7200, size=count), 0) if index == 7 else 0
+        processing = rng.lognormal(np.log(step.processing_ms), 0.6, size=count)
+        retries = np.where(rng.uniform(size=count) < 0.01, rng.integers(1, 4, size=count), 0)
+        processing = processing + retries * rng.uniform(5, 50, size=count)
+        started_at = sent[index] + delay + wait
+        ended[index] = started_at + processing / 1000
+        in_burst = (step.receiver == "billing") & (sent[index] >= burst_start) & \
+            (sent[index] < burst_start + BURST_MINUTES * 60)
+        failure = np.where(in_burst, BURST_FAILURE, BASE_FAILURE)
+        failed = alive[index] & (rng.uniform(size=count) < failure) & (index > 0)
+        processed = alive[index] & ~failed
+        choices = EXCEPTIONS.get(step.receiver, [("System.Exception", "unexpected")])
+        for n in np.flatnonzero(processed):
+            message_id = f"{conversation_ids[n][:23]}-{index:012d}"
+            related = None if step.parent is None else \
+                f"{conversation_ids[n][:23]}-{step.parent:012d}"
+            t_sent = start + timedelta(seconds=float(sent[index][n]))
+            t_started = start + timedelta(seconds=float(started_at[n]))
+            t_ended = start + timedelta(seconds=float(ended[index][n]))
+            audit.append((
+                message_id, step.message_type, "Send" if index in (0, 7) else "Publish",
+                step.sender, MACHINES[n % 3], step.receiver, MACHINES[(n + index) % 3],
+                conversation_ids[n], related, t_sent, t_started, t_ended,
+                float(processing[n]), (t_ended - t_sent).total_seconds() * 1000,
+                512, int(retries[n]), HEADERS % message_id))
+        for n in np.flatnonzero(failed):
+            message_id = f"{conversation_ids[n][:23]}-{index:012d}"
+            exception_type, text = choices[int(n) % len(choices)] if not in_burst[n] else \
+                EXCEPTIONS["billing"][0]
+            failed_at = start + timedelta(seconds=float(ended[index][n]) + 60)
+            errors.append((
+                "error", uuid.uuid4(), len(errors) + 1, message_id, step.message_type, "Publish",
+                step.sender, step.receiver, MACHINES[n % 3], step.receiver,
+                conversation_ids[n], f"{conversation_ids[n][:23]}-{step.parent:012d}",
+                start + timedelta(seconds=float(sent[index][n])), failed_at, 3,
+                exception_type, f"{text}\n   at Handler.Handle(...) line {n % 97}", 512,
+                HEADERS % message_id, None))
+        alive[index] = processed
+    audit.sort(key=lambda row: row[11])  # ingestion order: by processing end
+    return AuditSet(audit=audit, errors=errors, start=start, end=end)
+
+
+async def load(dsn: str, data: AuditSet) -> None:
+    connection = await asyncpg.connect(dsn)
+    try:
+        await OperationalData("public").setup(connection)
+        for offset in range(0, len(data.audit), CHUNK):
+            await connection.copy_records_to_table(
+                "audit_log", records=data.audit[offset:offset + CHUNK], columns=AUDIT_FIELDS)
+        await connection.copy_records_to_table("error_log", records=data.errors,
+                                               columns=ERROR_FIELDS)
+        await connection.execute("VACUUM ANALYZE audit_log")
+        await connection.execute("VACUUM ANALYZE error_log")
+    finally:
+        await connection.close()
+
+
+def jvm_peak_rss_mb() -> float:
+    """Peak resident set of this process's Java children (the Spark driver in local mode)."""
+    peak = 0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if "java" not in child.name():
+                continue
+            with open(f"/proc/{child.pid}/status", encoding="ascii") as status:
+                for line in status:
+                    if line.startswith("VmHWM:"):
+                        peak = max(peak, int(line.split()[1]))
+        except (OSError, psutil.Error):
+            continue
+    return round(peak / 1024, 1)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.analytics",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--rows", type=int, default=1_000_000,
+                        help="audit rows to generate (default 1,000,000)")
+    parser.add_argument("--days", type=float, default=7.0, help="days of traffic (default 7)")
+    parser.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="JDBC read partitions (default: from rows and cores)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="report directory (default: a temporary one)")
+    parser.add_argument("--dsn", default=None, help="server DSN (default: as the CLI)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"{QUICK_ROWS:,} rows, result not kept in results/")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rows = min(args.rows, QUICK_ROWS)
+    return args
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    from endpoint_runtime.analytics.job import run
+    from endpoint_runtime.analytics.progress import Progress
+
+    server = resolve_dsn(args.dsn)
+    started = time.perf_counter()
+    data = generate(args.rows, args.days)
+    progress(f"generated {len(data.audit):,} audit rows and {len(data.errors):,} failed "
+             f"messages in {time.perf_counter() - started:.1f} s")
+    async with throwaway_database(server, "er_bench_analytics") as name:
+        dsn = with_database(server, name)
+        started = time.perf_counter()
+        await load(dsn, data)
+        loaded = time.perf_counter() - started
+        progress(f"loaded with COPY in {loaded:.1f} s")
+        with tempfile.TemporaryDirectory(prefix="er-report-") as scratch:
+            out = args.out or Path(scratch) / "report"
+            options = ReportOptions(dsn=dsn, master=args.master, out=out,
+                                    partitions=args.partitions)
+            reporter = Progress(total=8, prefix="benchmark")
+            started = time.perf_counter()
+            result = run(options, progress=reporter)
+            wall = time.perf_counter() - started
+            driver_peak = jvm_peak_rss_mb()
+            progress(f"report: {result.html}")
+    python_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {
+        "benchmark": "analytics",
+        "rows": result.audit_rows,
+        "error_rows": result.error_rows,
+        "days": args.days,
+        "master": args.master,
+        "read_partitions": result.read_partitions,
+        "wall_s": round(wall, 2),
+        "rows_per_s": round(result.audit_rows / wall, 1),
+        "stages": result.timings,
+        "peak_driver_rss_mb": driver_peak,
+        "peak_python_rss_mb": round(python_peak, 1),
+        "load_s": round(loaded, 2),
+        "target_wall_s": 180,
+    }
+
+
+if __name__ == "__main__":
+    run_benchmark("analytics", parse, main)

@@ -1,0 +1,86 @@
+"""What a report covers and where it goes: :class:`ReportOptions`, and the command-line
+arguments shared by ``endpoint-runtime report`` and ``python -m endpoint_runtime.analytics``."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+from endpoint_runtime.cli.common import positive_int
+
+DEFAULT_OUT = Path("endpoint-runtime-report")
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)$")
+_UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportOptions:
+    """One run of the report.
+
+    Example::
+
+        ReportOptions(dsn=resolve_dsn(None), since=parse_time("24h"), out=Path("report"))
+    """
+
+    dsn: str
+    schema: str = "public"
+    since: datetime | None = None
+    """Audit rows whose processing ended at or after this time (failures: time of failure)."""
+    until: datetime | None = None
+    """... and before this time."""
+    master: str | None = None
+    """Spark master URL; ``None``: ``local[*]``, or what ``spark-submit`` was given."""
+    out: Path = DEFAULT_OUT
+    partitions: int | None = None
+    """JDBC read partitions per table; ``None``: from the row count and the cores."""
+
+    def __repr__(self) -> str:
+        from endpoint_runtime.embedded import redact_dsn
+
+        return (f"ReportOptions(dsn={redact_dsn(self.dsn)!r}, schema={self.schema!r}, "
+                f"since={self.since}, until={self.until}, master={self.master!r}, "
+                f"out={str(self.out)!r}, partitions={self.partitions})")
+
+
+def parse_time(text: str, now: datetime | None = None) -> datetime:
+    """``2026-11-23``, ``2026-11-23T08:00``, ``2026-11-23 08:00:00+01:00`` (no zone: UTC), or
+    a time ago: ``90s``, ``15m``, ``6h``, ``7d``, ``2w``."""
+    text = text.strip()
+    match = _RELATIVE.match(text)
+    if match:
+        ago = timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+        return (now or datetime.now(UTC)) - ago
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        try:
+            moment = datetime.combine(date.fromisoformat(text), datetime.min.time())
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"not a time: {text!r} (use 2026-11-23, 2026-11-23T08:00 or 6h, 7d ago)"
+            ) from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--since``, ``--until``, ``--master``, ``--out``, ``--partitions``."""
+    parser.add_argument("--since", type=parse_time, default=None, metavar="T",
+                        help="only data from T on (2026-11-23, 2026-11-23T08:00, or 6h, 7d ago)")
+    parser.add_argument("--until", type=parse_time, default=None, metavar="T",
+                        help="only data before T (same forms as --since)")
+    parser.add_argument("--master", default=None, metavar="URL",
+                        help="Spark master: local[*] (default), local[N], spark://host:7077")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
+                        help=f"output directory (default ./{DEFAULT_OUT})")
+    parser.add_argument("--partitions", type=positive_int, default=None, metavar="N",
+                        help="JDBC read partitions per table (default: from rows and cores)")
+
+
+def options_from(args: argparse.Namespace, dsn: str, schema: str) -> ReportOptions:
+    if args.since and args.until and args.since >= args.until:
+        raise argparse.ArgumentTypeError("--since must be before --until")
+    return ReportOptions(dsn=dsn, schema=schema, since=args.since, until=args.until,
+                         master=args.master, out=args.out, partitions=args.partitions)

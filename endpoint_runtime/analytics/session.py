@@ -1,0 +1,65 @@
+"""The Spark session of a report: local mode by default, any master unchanged.
+
+Settings the job depends on (UTC session time zone, the JDBC jars) are always set; the rest
+are defaults that ``spark-submit --conf`` overrides.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark import SparkConf
+from pyspark.sql import SparkSession
+
+from endpoint_runtime.analytics.prerequisites import Prerequisites
+
+APP_NAME = "endpoint-runtime report"
+LOCAL_MASTER = "local[*]"
+SHUFFLE_PARTITIONS = "8"
+"""Aggregates are small (minutes x endpoints x types): adaptive execution coalesces further."""
+LOCAL_DRIVER_MEMORY = "2g"
+
+
+def under_spark_submit() -> bool:
+    """Launched by ``spark-submit`` (it starts the JVM and hands the gateway to Python)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def start(master: str | None, prerequisites: Prerequisites) -> SparkSession:
+    """Start (or join) the session; ``master=None`` means ``local[*]`` unless
+    ``spark-submit`` chose one."""
+    submitted = under_spark_submit()
+    if master is None and not submitted:
+        master = LOCAL_MASTER
+    local = master is not None and master.startswith("local")
+    if local:
+        # Without it Spark warns that the hostname resolves to a loopback address.
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if "JAVA_HOME" not in os.environ:
+        os.environ["JAVA_HOME"] = os.path.dirname(os.path.dirname(
+            os.path.realpath(prerequisites.java)))
+    given = SparkConf()
+    builder = SparkSession.builder.appName(APP_NAME)
+    if master is not None:
+        builder = builder.master(master)
+    jars = [*prerequisites.jars]
+    if given.contains("spark.jars"):
+        jars.insert(0, given.get("spark.jars") or "")
+    builder = builder.config("spark.jars", ",".join(jar for jar in jars if jar))
+    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    defaults = {
+        "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
+        "spark.ui.showConsoleProgress": str(sys.stderr.isatty()).lower(),
+        "spark.sql.adaptive.enabled": "true",
+    }
+    if local:
+        defaults["spark.ui.enabled"] = "false"  # no port taken on a laptop or in tests
+        if not submitted:
+            defaults["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
+    for key, value in defaults.items():
+        if not given.contains(key):
+            builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
