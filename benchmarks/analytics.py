@@ -102,12 +102,14 @@ def diurnal_starts(rng: np.random.Generator, count: int, start: datetime,
 
 
 def generate(rows: int, days: float, seed: int = 7) -> AuditSet:
-    """About ``rows`` audit rows (whole conversations) and their failed messages."""
+    """``rows`` audit rows and their failed messages."""
     rng = np.random.default_rng(seed)
     end = datetime.now(UTC).replace(second=0, microsecond=0)
     start = end - timedelta(days=days)
     per_conversation = 7 * (1 - LONG_SHARE) + 8 * LONG_SHARE
-    count = max(1, math.ceil(rows / per_conversation))
+    # A few more conversations than needed (failures cut some short), then the latest rows
+    # are cut off so that exactly ``rows`` remain.
+    count = max(1, math.ceil(rows / per_conversation * 1.01))
     began = diurnal_starts(rng, count, start, days)
     long_ones = rng.uniform(size=count) < LONG_SHARE
     burst_start = days * 86400 * 0.4
@@ -127,9 +129,8 @@ def generate(rows: int, days: float, seed: int = 7) -> AuditSet:
             # Sent while the parent's handler ran: just before its end.
             sent[index] = ended[parent] - rng.uniform(0, 0.002, size=count)
             alive[index] = alive[parent]
-        if index == 7:
+        if index == 7:  # the deferred timeout: long conversations only
             alive[index] &= long_ones
-            sent[index] += 0  # the deferral: handled after its delay
         if index in (5, 6):  # long conversations wait for the shipment timeout first
             sent[index] += np.where(long_ones, rng.uniform(600, 7200, size=count), 0)
         # Queue wait grows with load (busy hours); then the handler's time.
@@ -175,6 +176,10 @@ def generate(rows: int, days: float, seed: int = 7) -> AuditSet:
                 HEADERS % message_id, None))
         alive[index] = processed
     audit.sort(key=lambda row: row[11])  # ingestion order: by processing end
+    del audit[rows:]
+    if audit:
+        last = audit[-1][11]
+        errors = [row for row in errors if row[13] <= last]
     return AuditSet(audit=audit, errors=errors, start=start, end=end)
 
 

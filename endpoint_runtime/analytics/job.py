@@ -59,8 +59,14 @@ class ReportResult:
     bucket_seconds: int = 60
 
 
+def utc(value: Any) -> Any:
+    """PySpark hands timestamps to Python as naive local times: make them aware, in UTC."""
+    return value.astimezone(UTC) if isinstance(value, datetime) else value
+
+
 def _rows(frame: DataFrame) -> list[Row]:
-    return [row.asDict(recursive=True) for row in frame.collect()]
+    return [{key: utc(value) for key, value in row.asDict(recursive=True).items()}
+            for row in frame.collect()]
 
 
 def _write(frame: DataFrame, path: Path) -> None:
@@ -109,7 +115,7 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
             result.bucket_seconds = bucket_seconds(first, last)
         for row in by_endpoint(minutes, result.bucket_seconds).collect():
             result.timeline.setdefault(row["endpoint"], []).append(
-                (row["bucket"], float(row["per_second"]), float(row["failure_rate"])))
+                (utc(row["bucket"]), float(row["per_second"]), float(row["failure_rate"])))
     with progress.stage("exceptions", "top exceptions per endpoint"):
         _write(exceptions_by_day(errors.frame), parquet / "exceptions")
         result.exceptions = _rows(top_exceptions(errors.frame))

@@ -1,0 +1,20 @@
+"""One Spark session for every report test (starting one takes 5-10 s), in local mode with
+two cores, against the session's PostgreSQL server (the embedded one through its socket)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from endpoint_runtime.analytics import prerequisites, session
+from endpoint_runtime.analytics.jdbc import jdbc_target
+
+
+@pytest.fixture(scope="session")
+def spark(server_dsn: str) -> Iterator[SparkSession]:
+    found = prerequisites.check(jdbc_target(server_dsn).unix_socket)
+    spark = session.start("local[2]", found)
+    yield spark
+    spark.stop()

@@ -1,0 +1,108 @@
+"""Without Spark or a database: the DSN as JDBC, the time arguments, and the one-line errors
+that name what to install when Java or the JDBC driver is missing."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from endpoint_runtime.analytics import prerequisites
+from endpoint_runtime.analytics.jdbc import SOCKET_FACTORY, jdbc_target
+from endpoint_runtime.analytics.options import parse_time
+from endpoint_runtime.analytics.prerequisites import MissingPrerequisiteError
+from endpoint_runtime.cli import main
+
+
+@pytest.fixture(autouse=True)
+def no_libpq_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSSLMODE"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_embedded_socket_dsn() -> None:
+    target = jdbc_target("postgresql://postgres:@/er_test_1?host=/work/x/pgdata")
+    assert target.url == "jdbc:postgresql://localhost/er_test_1"
+    assert target.unix_socket
+    assert target.properties["socketFactory"] == SOCKET_FACTORY
+    assert target.properties["socketFactoryArg"] == "/work/x/pgdata/.s.PGSQL.5432"
+    assert target.properties["user"] == "postgres"
+    assert "password" not in target.properties
+
+
+def test_tcp_url_dsn_keeps_the_password_out_of_url_and_repr() -> None:
+    target = jdbc_target("postgresql://app:s%40cret@db.example:6543/orders?sslmode=require")
+    assert target.url == "jdbc:postgresql://db.example:6543/orders"
+    assert not target.unix_socket
+    assert target.properties["password"] == "s@cret"
+    assert target.properties["sslmode"] == "require"
+    assert "s@cret" not in repr(target)
+
+
+def test_keyword_dsn_and_libpq_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    target = jdbc_target("host=10.0.0.5 port=5433 dbname='my db' user=report password='a b'")
+    assert target.url == "jdbc:postgresql://10.0.0.5:5433/my%20db"
+    assert target.properties["password"] == "a b"
+    monkeypatch.setenv("PGHOST", "pg.internal")
+    monkeypatch.setenv("PGDATABASE", "ops")
+    monkeypatch.setenv("PGUSER", "reader")
+    target = jdbc_target("")
+    assert target.url == "jdbc:postgresql://pg.internal:5432/ops"
+    assert target.properties["user"] == "reader"
+
+
+def test_multiple_hosts_and_ipv6() -> None:
+    assert jdbc_target("postgresql://u@a:5432,b:5433/d").url == \
+        "jdbc:postgresql://a:5432,b:5433/d"
+    assert jdbc_target("postgresql://u@[::1]:5432/d").url == "jdbc:postgresql://[::1]:5432/d"
+
+
+def test_time_arguments() -> None:
+    now = datetime(2026, 1, 6, 12, 0, tzinfo=UTC)
+    assert parse_time("6h", now) == now - timedelta(hours=6)
+    assert parse_time("7d", now) == now - timedelta(days=7)
+    assert parse_time("2026-01-05") == datetime(2026, 1, 5, tzinfo=UTC)
+    assert parse_time("2026-01-05T08:30") == datetime(2026, 1, 5, 8, 30, tzinfo=UTC)
+    assert parse_time("2026-01-05T08:30+01:00") == datetime(2026, 1, 5, 7, 30, tzinfo=UTC)
+    with pytest.raises(argparse.ArgumentTypeError, match="not a time"):
+        parse_time("yesterday")
+
+
+def test_missing_java_names_the_package(monkeypatch: pytest.MonkeyPatch,
+                                        tmp_path: Path) -> None:
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(MissingPrerequisiteError, match="openjdk-17-jre-headless"):
+        prerequisites.find_java()
+
+
+def test_old_java_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text('#!/bin/sh\necho \'openjdk version "11.0.2" 2019-01-15\' >&2\n')
+    java.chmod(0o755)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(MissingPrerequisiteError, match="is Java 11"):
+        prerequisites.find_java()
+
+
+def test_report_without_the_jdbc_driver_fails_with_one_line(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("ENDPOINT_RUNTIME_JDBC_JAR", str(tmp_path / "missing.jar"))
+    monkeypatch.setenv("ENDPOINT_RUNTIME_DSN", "postgresql://u@localhost:1/d")
+    status = main(["report", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert err.count("\n") == 1
+    assert "libpostgresql-jdbc-java" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_report_rejects_an_empty_window(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("ENDPOINT_RUNTIME_DSN", "postgresql://u@localhost:1/d")
+    status = main(["report", "--since", "2026-01-06", "--until", "2026-01-05"])
+    assert status == 2
+    assert "--since must be before --until" in capsys.readouterr().err
