@@ -113,8 +113,7 @@ def generate(rows: int, days: float, seed: int = 7) -> AuditSet:
     began = diurnal_starts(rng, count, start, days)
     long_ones = rng.uniform(size=count) < LONG_SHARE
     burst_start = days * 86400 * 0.4
-    conversation_ids = [str(uuid.UUID(int=int(n), version=4))
-                        for n in rng.integers(0, 2**62, size=count)]
+    conversation_ids = [str(uuid.UUID(bytes=rng.bytes(16), version=4)) for _ in range(count)]
     sent = np.zeros((len(SAGA), count))
     ended = np.zeros((len(SAGA), count))
     alive = np.zeros((len(SAGA), count), dtype=bool)

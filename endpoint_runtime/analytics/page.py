@@ -46,16 +46,18 @@ def moment(value: object) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], text_columns: int = 1,
-          classes: Sequence[str] | None = None) -> str:
-    """Cells arrive escaped (or formatted); the first ``text_columns`` align left."""
+          classes: Sequence[str] | None = None, text_last: bool = False) -> str:
+    """Cells arrive escaped (or formatted); the first ``text_columns`` (and the last, with
+    ``text_last``) align left, numbers right."""
     if not rows:
         return '<p class="muted">none</p>'
-    head = "".join(f'<th class="{"t" if i < text_columns else ""}">{esc(h)}</th>'
+    left = {*range(text_columns), *([len(headers) - 1] if text_last else [])}
+    head = "".join(f'<th class="{"t" if i in left else ""}">{esc(h)}</th>'
                    for i, h in enumerate(headers))
     body = []
     for index, row in enumerate(rows):
         css = f' class="{classes[index]}"' if classes and classes[index] else ""
-        cells = "".join(f'<td class="{"t" if i < text_columns else ""}">{cell}</td>'
+        cells = "".join(f'<td class="{"t" if i in left else ""}">{cell}</td>'
                         for i, cell in enumerate(row))
         body.append(f"<tr{css}>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
@@ -83,7 +85,8 @@ def render(*, title: str, window: str, generated: datetime, facts: Sequence[tupl
            summary: Sequence[Row], exceptions: Sequence[Row], edges: Sequence[Row],
            slowest: Sequence[Row], plots: Mapping[str, str]) -> str:
     """The page; ``plots`` maps a caption to the PNG's path relative to the page."""
-    images = "".join(f'<h3>{esc(caption)}</h3><img src="{esc(src)}" alt="{esc(caption)}">'
+    # Each plot carries its title: the caption is its alt text only.
+    images = "".join(f'<img src="{esc(src)}" alt="{esc(caption)}">'
                      for caption, src in plots.items())
     fact_rows = [[esc(name), esc(value)] for name, value in facts]
     exception_rows = [[esc(r["endpoint"]), esc(r["exception_type"]), esc(r["exception_message"]),
@@ -95,14 +98,14 @@ def render(*, title: str, window: str, generated: datetime, facts: Sequence[tupl
     conversation_rows = [[esc(r["conversation_id"]), esc(r["initiating_type"]),
                           esc(r["initiating_endpoint"]), moment(r["started"]),
                           number(float(r["duration_ms"]) / 1000.0, 2), number(r["messages"]),
-                          esc(", ".join(r["endpoints"] or [])), number(r["retries"]),
-                          number(r["failed"])] for r in slowest]
+                          number(r["retries"]), number(r["failed"]),
+                          esc(", ".join(r["endpoints"] or []))] for r in slowest]
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title>
 <style>{STYLE}</style></head><body>
 <h1>{esc(title)}</h1>
 <p class="muted">{esc(window)} &middot; generated {moment(generated)} UTC</p>
-{table(["", ""], fact_rows)}
+{table(["", ""], fact_rows, text_columns=2)}
 <h2>Throughput, failures, latency</h2>
 {images}
 <h2>Endpoints and message types</h2>
@@ -113,7 +116,7 @@ first and last processing end; times in ms, proc = processing time, crit = criti
 {summary_table(summary)}
 <h2>Top exceptions per endpoint</h2>
 {table(["endpoint", "exception", "message (first line)", "count", "first seen", "last seen",
-        "message types"], exception_rows, text_columns=3)}
+        "message types"], exception_rows, text_columns=3, text_last=True)}
 <h2>Conversation flow (edges)</h2>
 <p class="muted">sending endpoint &rarr; processing endpoint by message type; latency is the
 critical time in ms.</p>
@@ -122,6 +125,6 @@ critical time in ms.</p>
 <h2>Slowest conversations</h2>
 <p class="muted">first send to last processing end.</p>
 {table(["conversation", "initiated by", "from", "started", "duration s", "messages",
-        "endpoints", "retries", "failed"], conversation_rows, text_columns=3)}
+        "retries", "failed", "endpoints"], conversation_rows, text_columns=3, text_last=True)}
 </body></html>
 """

@@ -81,7 +81,8 @@ def time_series(series: Series, path: Path, title: str, ylabel: str,
     _time_axis(axes)
     axes.set_ylabel(ylabel)
     axes.set_ylim(bottom=0)
-    axes.legend(loc="upper left", fontsize=9, ncols=min(4, len(series)), framealpha=0.85)
+    axes.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False,
+                title="endpoint")  # beside the plot: never over a line
     return _save(figure, path)
 
 
@@ -107,7 +108,8 @@ def latency(summary: Sequence[Row], path: Path) -> Path:
     axes.set_xticks(range(len(rows)), [str(row["endpoint"]) for row in rows],
                     rotation=20 if len(rows) > 5 else 0, ha="right" if len(rows) > 5 else "center")
     axes.set_ylabel("milliseconds")
-    axes.legend(fontsize=9, ncols=2, loc="upper left", framealpha=0.85)
+    axes.legend(fontsize=9, ncols=6, loc="upper center", bbox_to_anchor=(0.5, -0.1),
+                frameon=False)  # below the plot: never over a bar
     return _save(figure, path)
 
 

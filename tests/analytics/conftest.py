@@ -16,5 +16,7 @@ from endpoint_runtime.analytics.jdbc import jdbc_target
 def spark(server_dsn: str) -> Iterator[SparkSession]:
     found = prerequisites.check(jdbc_target(server_dsn).unix_socket)
     spark = session.start("local[2]", found)
+    # The test sets are tiny: fewer shuffle tasks per aggregation keep each run short.
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
     yield spark
     spark.stop()

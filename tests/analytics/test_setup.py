@@ -106,3 +106,25 @@ def test_report_rejects_an_empty_window(monkeypatch: pytest.MonkeyPatch,
     status = main(["report", "--since", "2026-01-06", "--until", "2026-01-05"])
     assert status == 2
     assert "--since must be before --until" in capsys.readouterr().err
+
+
+def test_flow_graph_columns_follow_the_sends() -> None:
+    from endpoint_runtime.analytics.plots import layers
+
+    pairs = [("web", "sales"), ("sales", "billing"), ("sales", "inventory"),
+             ("billing", "shipping"), ("shipping", "sales"), ("shipping", "shipping")]
+    assert layers(pairs) == {"web": 0, "sales": 1, "billing": 2, "inventory": 2,
+                             "shipping": 3}
+    # A cycle with no endpoint that nothing sends to still gets columns.
+    assert layers([("a", "b"), ("b", "a")]) == {"a": 0, "b": 1}
+
+
+def test_plot_buckets_keep_series_short() -> None:
+    from endpoint_runtime.analytics.timeline import MAX_POINTS, bucket_seconds
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    assert bucket_seconds(start, start + timedelta(hours=2)) == 60
+    assert bucket_seconds(start, start + timedelta(days=7)) == 1800
+    for days in (1, 30, 365, 3650):
+        seconds = bucket_seconds(start, start + timedelta(days=days))
+        assert days * 86400 / seconds <= MAX_POINTS or seconds == 7 * 86400
