@@ -31,7 +31,7 @@ from endpoint_runtime.analytics.prerequisites import check
 from endpoint_runtime.analytics.progress import Progress
 from endpoint_runtime.analytics.sources import AUDIT_LOG, ERROR_LOG, Reader
 from endpoint_runtime.analytics.summary import endpoint_summary
-from endpoint_runtime.analytics.timeline import bucket_seconds, by_endpoint
+from endpoint_runtime.analytics.timeline import bucket_seconds, by_endpoint, filled
 
 STAGES = 8
 TITLE = "endpoint-runtime report"
@@ -69,6 +69,10 @@ def _rows(frame: DataFrame) -> list[Row]:
             for row in frame.collect()]
 
 
+def _partitions(count: int) -> str:
+    return "not read" if count == 0 else f"{count} read partition{'s' if count > 1 else ''}"
+
+
 def _write(frame: DataFrame, path: Path) -> None:
     (frame.write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
      .partitionBy("day").parquet(str(path)))
@@ -99,8 +103,8 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
         present = reader.existing(AUDIT_LOG, ERROR_LOG)
         audit = reader.read(AUDIT_LOG, AUDIT_LOG.name in present)
         errors = reader.read(ERROR_LOG, ERROR_LOG.name in present)
-    progress.say(f"{audit.rows:,} audit rows in {audit.partitions} partitions, "
-                 f"{errors.rows:,} failed messages in {errors.partitions}")
+    progress.say(f"{audit.rows:,} audit rows ({_partitions(audit.partitions)}), "
+                 f"{errors.rows:,} failed messages ({_partitions(errors.partitions)})")
     result = ReportResult(
         out=out, html=out / "report.html", parquet=parquet, plots={},
         audit_rows=audit.rows, error_rows=errors.rows,
@@ -116,6 +120,11 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
         for row in by_endpoint(minutes, result.bucket_seconds).collect():
             result.timeline.setdefault(row["endpoint"], []).append(
                 (utc(row["bucket"]), float(row["per_second"]), float(row["failure_rate"])))
+        if result.timeline:
+            buckets = [moment for points in result.timeline.values() for moment, _, _ in points]
+            result.timeline = {
+                name: filled(points, min(buckets), max(buckets), result.bucket_seconds)
+                for name, points in result.timeline.items()}
     with progress.stage("exceptions", "top exceptions per endpoint"):
         _write(exceptions_by_day(errors.frame), parquet / "exceptions")
         result.exceptions = _rows(top_exceptions(errors.frame))

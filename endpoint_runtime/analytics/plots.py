@@ -60,7 +60,8 @@ def _time_axis(axes: Axes) -> None:
 
 
 def _busiest(series: Series) -> list[str]:
-    totals = {name: sum(value for _, value in points) for name, points in series.items()}
+    totals = {name: sum(value for _, value in points if not math.isnan(value))
+              for name, points in series.items()}
     return sorted(totals, key=lambda name: -totals[name])[:MAX_ENDPOINTS]
 
 

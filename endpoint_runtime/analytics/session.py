@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -19,6 +20,27 @@ LOCAL_MASTER = "local[*]"
 SHUFFLE_PARTITIONS = "8"
 """Aggregates are small (minutes x endpoints x types): adaptive execution coalesces further."""
 LOCAL_DRIVER_MEMORY = "2g"
+LOG4J2 = """\
+# Written by endpoint_runtime.analytics.session: warnings and errors only, and not the one
+# about Hadoop's native library (Spark works without it).
+rootLogger.level = warn
+rootLogger.appenderRef.console.ref = console
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n%ex
+logger.native.name = org.apache.hadoop.util.NativeCodeLoader
+logger.native.level = error
+"""
+
+
+def _log_configuration() -> str:
+    """A log4j2 file for the driver JVM this process starts (one per process)."""
+    with tempfile.NamedTemporaryFile("w", prefix="endpoint-runtime-log4j2-",
+                                     suffix=".properties", delete=False) as file:
+        file.write(LOG4J2)
+    return file.name
 
 
 def under_spark_submit() -> bool:
@@ -57,6 +79,9 @@ def start(master: str | None, prerequisites: Prerequisites) -> SparkSession:
         defaults["spark.ui.enabled"] = "false"  # no port taken on a laptop or in tests
         if not submitted:
             defaults["spark.driver.memory"] = LOCAL_DRIVER_MEMORY
+    if not submitted:  # under spark-submit the driver's JVM already runs
+        defaults["spark.driver.extraJavaOptions"] = (
+            f"-Dlog4j2.configurationFile=file:{_log_configuration()}")
     for key, value in defaults.items():
         if not given.contains(key):
             builder = builder.config(key, value)

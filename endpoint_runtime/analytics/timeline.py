@@ -4,7 +4,8 @@ keeps the series under :data:`MAX_POINTS` points."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import math
+from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -32,3 +33,18 @@ def by_endpoint(minutes: DataFrame, seconds: int) -> DataFrame:
         (F.col("processed") / F.lit(float(seconds))).alias("per_second"),
         (F.col("failed") / (F.col("processed") + F.col("failed"))).alias("failure_rate"),
     ).orderBy("endpoint", "bucket")
+
+
+def filled(points: list[tuple[datetime, float, float]], first: datetime, last: datetime,
+           seconds: int) -> list[tuple[datetime, float, float]]:
+    """``points`` with the buckets between ``first`` and ``last`` that saw nothing added:
+    no messages per second, and no failure rate (NaN: a gap in the line, not a zero)."""
+    known = {moment: (rate, failures) for moment, rate, failures in points}
+    step = timedelta(seconds=seconds)
+    result = []
+    moment = first
+    while moment <= last:
+        rate, failures = known.get(moment, (0.0, math.nan))
+        result.append((moment, rate, failures))
+        moment += step
+    return result

@@ -222,3 +222,15 @@ def test_a_later_run_replaces_only_its_own_days(spark: SparkSession, known_dsn: 
               for row in minutes.groupBy("day").sum("processed")
               .withColumnRenamed("sum(processed)", "processed").collect()}
     assert by_day == {"2026-01-05": 100, "2026-01-06": 20}
+
+
+def test_plot_series_have_every_bucket(report: ReportResult) -> None:
+    # 23 hours of data: 5-minute buckets; empty ones count 0 messages and no failure rate.
+    assert report.bucket_seconds == 300
+    sales, billing = report.timeline["sales"], report.timeline["billing"]
+    assert len(sales) == len(billing) == 23 * 12 + 1
+    assert sales[0] == (DAY1, pytest.approx(100 / 300), pytest.approx(1 / 101))
+    assert billing[0] == (DAY1, pytest.approx(50 / 300), pytest.approx(5 / 55))
+    assert sales[1][1] == 0.0
+    assert math.isnan(sales[1][2])
+    assert sales[-1] == (DAY2, pytest.approx(20 / 300), 0.0)
