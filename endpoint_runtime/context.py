@@ -128,6 +128,11 @@ class HandlerContext:
             raise EndpointRuntimeError("this context has no database connection")
         return self._connection
 
+    def connection_lost(self) -> bool:
+        """Whether the handlers' database connection is gone: a failure of the transport,
+        not of the message."""
+        return self._connection is not None and bool(self._connection.is_closed())
+
     async def send(
         self,
         message: msgspec.Struct,

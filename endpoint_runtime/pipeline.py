@@ -1,23 +1,39 @@
-"""The receive pipeline of one message, without Ray and without SQL text.
+"""The path of one message, without Ray and without SQL text.
 
-decode (msgspec) -> handlers in registration order -> outcome, with per-message log context,
-processing start/end times, and the recoverability moves (delayed retry, error queue, discard).
-Transaction strategies (``endpoint_runtime.transactions``) decide which connection and
-transaction each step runs in.
+:meth:`Pipeline.process` takes a received message through every step, in this order:
+
+1. the per-message log context (endpoint, message id, attempt);
+2. **screen**: headers that do not parse move the raw row to the error queue; a message whose
+   failures recoverability has given up on (or has a delayed retry for) is moved, not handled;
+3. **handle**: decode the body, run every handler of its type in registration order (the
+   receiver-death ledger holds the native id meanwhile), then the audit copy; a failure is
+   counted here, with the retry limits of the handler that raised.
+
+It returns an :class:`Outcome`. A transaction strategy (``endpoint_runtime.transactions``) owns
+only where the transaction begins and ends around it: it commits after ``CONSUMED`` and
+``HANDLED`` (then calls :meth:`Pipeline.succeeded`) and rolls back after ``FAILED``; a failure of
+the commit itself is charged with :meth:`Pipeline.failed`. The outbox, whose handlers run in a
+business transaction of their own, calls the two halves (:meth:`screen`, :meth:`handle`).
 """
 
 from __future__ import annotations
 
+import enum
 import time
 import uuid
 from datetime import timedelta
+from typing import Protocol
 
 import asyncpg
 import structlog
 
 from endpoint_runtime.context import HandlerConnection, HandlerContext, OutgoingDispatcher
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
-from endpoint_runtime.errors import RecoverabilityFailedError, UnknownMessageTypeError
+from endpoint_runtime.errors import (
+    RecoverabilityFailedError,
+    TransactionAbortedError,
+    UnknownMessageTypeError,
+)
 from endpoint_runtime.handlers import HandlerRegistry
 from endpoint_runtime.logging import bind_message_context
 from endpoint_runtime.messages import (
@@ -46,6 +62,41 @@ from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.sending import Executor
 
 log = structlog.get_logger("endpoint_runtime.pipeline")
+
+
+CONNECTION_LOSS = (
+    asyncpg.PostgresConnectionError,  # SQLSTATE class 08: the connection does not exist...
+    asyncpg.OperatorInterventionError,  # 57: terminated by an administrator, shutdown
+    ConnectionError,
+)
+"""Errors of the handlers' connection, not of the message: raised to the receive loop."""
+
+
+class Outcome(enum.Enum):
+    """How :meth:`Pipeline.process` left a message."""
+
+    HANDLED = "handled"
+    """Handlers ran: commit (with the outgoing messages), then ``succeeded``."""
+    CONSUMED = "consumed"
+    """Moved by recoverability (error queue, delayed retry, discard): commit."""
+    FAILED = "failed"
+    """An attempt failed and was counted: roll back (the row comes back)."""
+
+
+class InFlight(Protocol):
+    """Where a receiver notes the messages in its handlers (``actors.crash_ledger``)."""
+
+    def enter(self, native_id: uuid.UUID) -> int | None: ...
+
+    def leave(self, record: int | None) -> None: ...
+
+
+class NothingInFlight:
+    def enter(self, native_id: uuid.UUID) -> int | None:
+        return None
+
+    def leave(self, record: int | None) -> None:
+        return None
 
 
 class ProcessingStats:
@@ -96,7 +147,8 @@ class Pipeline:
         self.metrics = Metrics()
         """Replaced by :class:`~endpoint_runtime.metrics.RayMetrics` in receiver actors."""
         self._type_tags: dict[type, str] = {}
-        self._failed_handler_limits: dict[uuid.UUID, RetryLimits] = {}
+        self.in_flight: InFlight = NothingInFlight()
+        """Replaced by the receiver-death ledger in receiver actors."""
 
     def bind_log_context(self, message: TransportMessage | PoisonMessage) -> None:
         """Per-message log context (endpoint, message_id, attempt); see
@@ -134,38 +186,89 @@ class Pipeline:
             allowed_schemas=self.allowed_schemas,
         )
 
-    async def handle(self, message: TransportMessage, context: HandlerContext) -> None:
+    async def process(
+        self, received: TransportMessage | PoisonMessage, executor: Executor,
+        dispatcher: OutgoingDispatcher, connection: HandlerConnection | None,
+    ) -> Outcome:
+        """Every step of one message (see the module docstring). ``executor`` runs the moves of
+        recoverability (the receive transaction's connection); ``dispatcher`` takes the
+        handlers' outgoing messages and ``connection`` is theirs, as the mode wants."""
+        self.bind_log_context(received)
+        screened = await self.screen(received, executor)
+        if screened is not None:
+            return screened
+        assert isinstance(received, TransportMessage)
+        return await self.handle(received, self.new_context(received, dispatcher, connection))
+
+    async def screen(
+        self, received: TransportMessage | PoisonMessage, executor: Executor
+    ) -> Outcome | None:
+        """Poison rows and messages recoverability has decided on are moved here
+        (``CONSUMED``); ``None``: handle the message."""
+        if isinstance(received, PoisonMessage):
+            await self.move_poison_to_error_queue(executor, received)
+            return Outcome.CONSUMED
+        decision = self.pending_decision(received)
+        if decision is None:
+            return None
+        await self.apply_decision(executor, received, decision)
+        return Outcome.CONSUMED
+
+    async def handle(self, message: TransportMessage, context: HandlerContext) -> Outcome:
         """Decode the body and run every handler of its type, in registration order; then,
         with the audit queue set, hand the audit copy to the context's dispatcher (so it
-        commits with the receive in atomic modes and with the dispatch in outbox mode)."""
-        enclosed = message.headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "")
-        message_type = self.registry.message_types.resolve(enclosed)
-        body = self.registry.message_types.decode(message_type, message.body)
-        handlers = self.registry.handlers_for(message_type)
-        if not handlers:
-            raise UnknownMessageTypeError(enclosed)
-        started = time.time()
-        self.stats.last_started = context.processing_started = started
-        for handler in handlers:
-            try:
+        commits with the receive in atomic modes and with the dispatch in outbox mode).
+
+        A failure is counted (``FAILED``) unless the handlers' connection was lost: that is
+        the transport's failure, raised to the receive loop's circuit breaker.
+        """
+        limits = RetryLimits()
+        record = self.in_flight.enter(message.native_id)
+        try:
+            enclosed = message.headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "")
+            message_type = self.registry.message_types.resolve(enclosed)
+            body = self.registry.message_types.decode(message_type, message.body)
+            handlers = self.registry.handlers_for(message_type)
+            if not handlers:
+                raise UnknownMessageTypeError(enclosed)
+            started = time.time()
+            self.stats.last_started = context.processing_started = started
+            for handler in handlers:
+                limits = self.registry.limits_for(handler)
                 await handler(body, context)
-            except Exception:
-                self._failed_handler_limits[message.native_id] = self.registry.limits_for(handler)
+            limits = RetryLimits()
+            ended = time.time()
+            self.stats.last_ended = context.processing_ended = ended
+            if self.audit_address is not None:
+                await context.dispatch_audit_copy(self.audit_address)
+        except Exception as exc:
+            if context.connection_lost() or isinstance(exc, CONNECTION_LOSS):
                 raise
-        ended = time.time()
-        self.stats.last_ended = context.processing_ended = ended
-        if self.audit_address is not None:
-            await context.dispatch_audit_copy(self.audit_address)
+            self.failed(message, exc, limits)
+            return Outcome.FAILED
+        finally:
+            self.in_flight.leave(record)
         self.stats.processing_seconds += ended - started
         self.stats.processed += 1
         self.metrics.processed(self._type_tag(message_type), started, ended, message.headers)
         self.stats.consecutive_failures = 0
+        return Outcome.HANDLED
 
-    def record_failure(self, message: TransportMessage, exc: BaseException) -> Failure:
-        limits = self._failed_handler_limits.pop(message.native_id, RetryLimits())
+    def succeeded(self, message: TransportMessage) -> None:
+        """The message's work committed: its failure count goes."""
+        self.failures.forget(message.native_id)
+
+    def failed(
+        self, message: TransportMessage, exc: BaseException,
+        limits: RetryLimits | None = None,
+    ) -> Failure:
+        """Count a failed attempt (``limits``: those of the handler that raised). A database
+        error "current transaction is aborted" is charged as :class:`TransactionAbortedError`:
+        a handler caught an error without a savepoint."""
+        exc = charged_exception(exc)
         failure = self.failures.record(
             message.native_id, exc, unrecoverable=self.policy.is_unrecoverable(exc),
-            limits=limits,
+            limits=limits or RetryLimits(),
         )
         self.stats.failed += 1
         self.stats.consecutive_failures += 1
@@ -209,6 +312,14 @@ class Pipeline:
         except Exception as exc:
             raise RecoverabilityFailedError(message.native_id) from exc
         self.failures.forget(message.native_id)
+
+    async def give_up(self, executor: Executor, message: TransportMessage) -> None:
+        """At most once (``TransactionMode.NONE``): a failed message cannot be retried, so a
+        copy goes to the error queue, unless the handler discarded it."""
+        decision = self.pending_decision(message)
+        if decision is None or decision.action is not Action.DISCARD:
+            decision = Decision(Action.ERROR_QUEUE)
+        await self.apply_decision(executor, message, decision)
 
     async def move_to_error_queue(
         self, executor: Executor, message: TransportMessage, failure: Failure
@@ -256,3 +367,14 @@ class Pipeline:
         self.metrics.moved_to_error(UNKNOWN_TYPE)
         log.error("probable message metadata corruption", native_id=str(message.native_id),
                   reason=message.reason, error_queue=str(self.error_address))
+
+
+def charged_exception(exc: BaseException) -> BaseException:
+    """The exception a failed attempt is charged with: "current transaction is aborted" from
+    any statement after a handler caught a database error says too little, so it becomes a
+    :class:`TransactionAbortedError` that says what to do."""
+    if isinstance(exc, asyncpg.InFailedSQLTransactionError):
+        aborted = TransactionAbortedError()
+        aborted.__cause__ = exc
+        return aborted
+    return exc

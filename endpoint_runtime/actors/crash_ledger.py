@@ -37,9 +37,8 @@ import os
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -100,28 +99,23 @@ class CrashLedger:
         remove_stale_ledgers()
         return cls(ledger_path(receiver_id), max(1, records))
 
-    def track(
-        self, handle: Callable[[M, C], Awaitable[None]]
-    ) -> Callable[[M, C], Coroutine[Any, Any, None]]:
-        """``handle`` (the pipeline's handler step), with the message's native id in a record
-        of the ledger while it runs."""
-        ledger = self._map
-        free = self._free
+    def enter(self, native_id: uuid.UUID) -> int | None:
+        """The message's handlers start: its native id goes into a free record (one memory
+        write). ``None`` when every record is taken (not expected; never blocks)."""
+        if not self._free:
+            return None
+        record = self._free.pop()
+        start = record * RECORD_SIZE
+        self._map[start:start + RECORD_SIZE] = native_id.bytes
+        return record
 
-        async def tracked(message: M, context: C) -> None:
-            if not free:  # more handlers at once than records: not expected, never blocking
-                await handle(message, context)
-                return
-            record = free.pop()
-            start = record * RECORD_SIZE
-            ledger[start:start + RECORD_SIZE] = message.native_id.bytes
-            try:
-                await handle(message, context)
-            finally:
-                ledger[start:start + RECORD_SIZE] = _EMPTY
-                free.append(record)
-
-        return tracked
+    def leave(self, record: int | None) -> None:
+        """The handlers ended (however): the record is free again."""
+        if record is None:
+            return
+        start = record * RECORD_SIZE
+        self._map[start:start + RECORD_SIZE] = _EMPTY
+        self._free.append(record)
 
     def close(self) -> None:
         """A graceful stop: nothing is in flight any more, the file goes."""

@@ -165,13 +165,11 @@ class Receiver:
         structlog.contextvars.bind_contextvars(endpoint=endpoint.name)
         # The ids of the messages in the handlers, in a file that outlives this process: one
         # memory write when a message's handlers start and one when they end. Every strategy
-        # calls the pipeline's handle, so wrapping it here covers every transaction mode.
+        # calls the pipeline's handle step, which notes each message here.
         # Created last: a start that fails (no connection left) leaves no file behind.
         self._ledger = CrashLedger.create(self.config.receiver_id,
                                           records=settings.slots_per_receiver)
-        self._pipeline.handle = self._ledger.track(  # type: ignore[method-assign,assignment]
-            self._pipeline.handle
-        )
+        self._pipeline.in_flight = self._ledger
         # Everything allocated so far (Ray, asyncpg, the handler modules) lives as long as the
         # process: keep it out of the cyclic GC's full collections, which would otherwise walk
         # it again and again while messages flow.

@@ -18,11 +18,10 @@ import asyncpg
 
 from endpoint_runtime.context import LazySavepointConnection
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
-from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.pipeline import Outcome, Pipeline
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round
 from endpoint_runtime.transactions.single import (
     SingleMessageStrategy,
-    charged_exception,
     end_carried_transaction,
 )
 from endpoint_runtime.transport import receiving
@@ -59,7 +58,7 @@ class BatchedAtomicStrategy:
             self._single_rounds_left = self._batch_size
             raise
         for message in handled:
-            self._pipeline.failures.forget(message.native_id)
+            self._pipeline.succeeded(message)
         return result
 
     async def _process_batch(
@@ -74,30 +73,27 @@ class BatchedAtomicStrategy:
         handled: list[TransportMessage] = []
         failed = 0
         for received in batch:
-            pipeline.bind_log_context(received)
-            if isinstance(received, PoisonMessage):
-                await pipeline.move_poison_to_error_queue(connection, received)
-                failed += 1
-                continue
-            decision = pipeline.pending_decision(received)
-            if decision is not None:
-                await pipeline.apply_decision(connection, received, decision)
-                failed += 1
-                continue
-            if await self._handle_one(connection, received, outgoing):
+            outcome = await self._process_one(connection, received, outgoing)
+            if outcome is Outcome.HANDLED:
+                assert isinstance(received, TransportMessage)
                 handled.append(received)
-            else:
+            elif outcome is Outcome.FAILED:
+                assert isinstance(received, TransportMessage)
                 retry.append(received)
                 failed += 1
+            else:
+                failed += 1  # moved on by recoverability
         if retry:
             await receiving.reinsert(connection, pipeline.local_address, retry)
         await outgoing.flush(connection)
         return Round(taken=len(batch), handled=len(handled), failed=failed), handled
 
-    async def _handle_one(
-        self, connection: asyncpg.Connection, message: TransportMessage,
+    async def _process_one(
+        self, connection: asyncpg.Connection, received: TransportMessage | PoisonMessage,
         outgoing: BufferedDispatcher,
-    ) -> bool:
+    ) -> Outcome:
+        """One message of the batch, its database work in a savepoint taken on first use: a
+        failed message's work rolls back to it, its outgoing messages are dropped."""
         savepoint = False
 
         async def ensure_savepoint() -> None:
@@ -107,20 +103,19 @@ class BatchedAtomicStrategy:
                 savepoint = True
 
         own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
-        context = self._pipeline.new_context(
-            message, own, LazySavepointConnection(connection, ensure_savepoint))
-        try:
-            await self._pipeline.handle(message, context)
-            if savepoint:
+        outcome = await self._pipeline.process(
+            received, connection, own, LazySavepointConnection(connection, ensure_savepoint))
+        if outcome is Outcome.HANDLED and savepoint:
+            try:
                 # Fails if the handler caught a database error without a savepoint of its own.
                 await connection.execute(f"RELEASE SAVEPOINT {MESSAGE_SAVEPOINT}")
-        except Exception as exc:
-            if connection.is_closed():
-                raise  # the batch is lost with its connection: a transport failure
-            if savepoint:
-                await connection.execute(f"ROLLBACK TO SAVEPOINT {MESSAGE_SAVEPOINT}; "
-                                         f"RELEASE SAVEPOINT {MESSAGE_SAVEPOINT}")
-            self._pipeline.record_failure(message, charged_exception(exc))
-            return False
-        outgoing.take_from(own)
-        return True
+            except asyncpg.PostgresError as exc:
+                assert isinstance(received, TransportMessage)
+                self._pipeline.failed(received, exc)
+                outcome = Outcome.FAILED
+        if outcome is Outcome.FAILED and savepoint:
+            await connection.execute(f"ROLLBACK TO SAVEPOINT {MESSAGE_SAVEPOINT}; "
+                                     f"RELEASE SAVEPOINT {MESSAGE_SAVEPOINT}")
+        if outcome is Outcome.HANDLED:
+            outgoing.take_from(own)
+        return outcome

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import uuid
 from collections import defaultdict
 from collections.abc import Iterable
 
@@ -47,11 +46,19 @@ from endpoint_runtime.outbox import (
     encode_operations,
     operation_of,
 )
-from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.pipeline import Outcome, Pipeline
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.ack_group import AckGroup
-from endpoint_runtime.transactions.base import BufferedDispatcher, Round, as_delayed
-from endpoint_runtime.transactions.single import end_carried_transaction, receive_in_transaction
+from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round, as_delayed
+from endpoint_runtime.transactions.single import (
+    FAILED_ROUND,
+    begin_unless_carried,
+    charge_or_raise,
+    commit_and_begin,
+    end_carried_transaction,
+    rollback_quietly,
+    settled,
+)
 from endpoint_runtime.transport import receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import prepared_name
@@ -82,8 +89,6 @@ class OutboxStrategy:
         # One business connection per receive connection, kept for the receive slot's life:
         # returning a connection to the pool costs a reset round trip per message.
         self._business: dict[int, asyncpg.Connection] = {}
-        # What the receive on a connection found out: (row id, message id recorded?).
-        self._recorded: dict[int, tuple[uuid.UUID, bool]] = {}
         self._groups: dict[int, AckGroup] = {}
 
     async def slot_ended(self, connection: asyncpg.Connection) -> None:
@@ -91,7 +96,6 @@ class OutboxStrategy:
         if group is not None and group.open:
             await _commit_acks(connection, group)
         await end_carried_transaction(connection)
-        self._recorded.pop(id(connection), None)
         business = self._business.pop(id(connection), None)
         if business is not None:
             await end_carried_transaction(business)
@@ -118,11 +122,40 @@ class OutboxStrategy:
             await self._business_connection(connection)
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
+        """(BEGIN unless carried over;) receive one message; recoverability's move, or the
+        business transaction with its dispatch; then the ack: committed now, or left waiting
+        in the group (``transactions.ack_group``)."""
         if id(connection) not in self._business:
             await self._prepare_slot(connection)
-        self._group(connection).begin_round()
-        return await receive_in_transaction(self._pipeline, connection, self._handle,
-                                            receive=self._receive)
+        group = self._group(connection)
+        group.begin_round()
+        pipeline = self._pipeline
+        await begin_unless_carried(connection)
+        received = None
+        try:
+            received, recorded = await self._receive(connection, pipeline.local_address)
+            if received is None:
+                group.committed()
+                await connection.execute("COMMIT")  # expired rows deleted on the way
+                return EMPTY
+            pipeline.bind_log_context(received)
+            outcome = await pipeline.screen(received, connection)
+            if outcome is None:
+                assert isinstance(received, TransportMessage)
+                outcome = await self._attempt(connection, received, recorded, group)
+                if outcome is None:  # handled; its ack waits in the group
+                    return settled(pipeline, received, Outcome.HANDLED)
+            group.committed()
+            if outcome is Outcome.FAILED:
+                await rollback_quietly(connection)
+                return FAILED_ROUND
+            await commit_and_begin(connection, handled=outcome is Outcome.HANDLED)
+        except BaseException as exc:
+            group.committed()
+            await rollback_quietly(connection)
+            charge_or_raise(pipeline, received, exc, connection)
+            return FAILED_ROUND
+        return settled(pipeline, received, outcome)
 
     def _group(self, connection: asyncpg.Connection) -> AckGroup:
         group = self._groups.get(id(connection))
@@ -132,51 +165,51 @@ class OutboxStrategy:
 
     async def _receive(
         self, connection: asyncpg.Connection, address: QueueAddress
-    ) -> Received | None:
-        """Optimistic: the receive also says whether the message id is recorded (a round
-        trip saved), when the headers carry it in this runtime's own form."""
-        self._recorded.pop(id(connection), None)
+    ) -> tuple[Received | None, bool | None]:
+        """The message and, when the receive could look its id up (optimistic mode, headers
+        that carry it in this runtime's own form: a round trip saved), whether the outbox has
+        it recorded; else ``None`` for that."""
         pessimistic = self._settings.pessimistic
         statement = (receiving.receive_statement(address) if pessimistic
                      else self._storage.receive_and_look_up(address))
         row = await receiving.receive_row(connection, address, statement)
         if row is None:
-            self._group(connection).committed()  # nothing to receive: the caller commits
-            return None
+            return None, None
         message = receiving.to_message(row)
         if (not pessimistic and isinstance(message, TransportMessage)
                 and row["looked_up_id"] == message.message_id):
-            self._recorded[id(connection)] = (message.native_id, row["recorded"])
-        return message
+            return message, bool(row["recorded"])
+        return message, None
 
-    async def _handle(
-        self, connection: asyncpg.Connection, message: TransportMessage
-    ) -> str | None:
-        """Business transaction (unless the id is recorded) and, with its commit, the dispatch;
-        else the dispatch in the receive transaction. ``None``: the ack waits in the group."""
+    async def _attempt(
+        self, connection: asyncpg.Connection, message: TransportMessage,
+        recorded: bool | None, group: AckGroup,
+    ) -> Outcome | None:
+        """The business transaction (unless the id is recorded) and, with its commit, the
+        dispatch; else the dispatch in the receive transaction. ``HANDLED``: commit the ack
+        now; ``None``: the ack waits in the group; ``FAILED``: roll back."""
         business = await self._business_connection(connection)
-        looked_up = self._recorded.pop(id(connection), None)
-        recorded = looked_up[1] if looked_up and looked_up[0] == message.native_id else None
         dispatched = await self._run_handlers(message, business, recorded)
-        group = self._group(connection)
+        if dispatched is None:
+            return Outcome.FAILED
         if dispatched and group.can_defer():
             group.defer()
             return None
-        group.committed()
         if not dispatched:
             await self._dispatch(connection, message.message_id)
-        return ""
+        return Outcome.HANDLED
 
     async def _run_handlers(
         self, message: TransportMessage, business: asyncpg.Connection, recorded: bool | None
-    ) -> bool:
+    ) -> bool | None:
         """The business transaction: handlers and the outbox record commit together; then,
         in the same round trip, the dispatch when it can go there.
 
         ``recorded`` is what the receive found out about the message id (``None``: nothing).
         Returns whether the operations were dispatched: ``False`` when they are still to be
         (by the receive transaction), and when the message id was already recorded (a
-        duplicate: the handlers did not run, or their work rolled back).
+        duplicate: the handlers did not run, or their work rolled back); ``None`` when the
+        handlers failed (counted by the pipeline; the business work rolled back).
 
         Optimistic mode chains transactions as the receive does: the COMMIT goes with the
         next BEGIN, so the next message's business work starts without a round trip.
@@ -204,7 +237,9 @@ class OutboxStrategy:
             context = self._pipeline.new_context(
                 message, collected, OpenTransactionConnection(business))
             self.handler_runs += 1
-            await self._pipeline.handle(message, context)
+            if await self._pipeline.handle(message, context) is Outcome.FAILED:
+                await _rollback(business)
+                return None
             operations = [operation_of(a, m) for a, m in collected.pending]
             operations += [delayed_operation_of(d) for d in collected.pending_delayed]
             # No operation: the record is stored dispatched, there is nothing to dispatch.

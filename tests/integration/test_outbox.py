@@ -258,13 +258,13 @@ async def test_the_receive_says_whether_the_message_id_is_recorded(
         assert (await strategy.receive_round(connection)).handled == 1  # records `known`
         found = {}
         for _ in range(3):
-            message = await strategy._receive(connection, optimistic_endpoint.address)
+            message, recorded = await strategy._receive(connection,
+                                                         optimistic_endpoint.address)
             assert isinstance(message, TransportMessage)
-            found[message.message_id] = strategy._recorded.get(id(connection))
+            found[message.message_id] = recorded
         await strategy.slot_ended(connection)
 
-    by_id = {key: value[1] if value else None for key, value in found.items()}
-    assert by_id == {known: True, fresh: False, odd: None}  # odd: JSON-escaped in the headers
+    assert found == {known: True, fresh: False, odd: None}  # odd: JSON-escaped in the headers
 
 
 async def test_only_the_receive_transaction_commits_without_waiting_for_the_flush(
