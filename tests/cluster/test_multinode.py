@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 ENDPOINT = "tests.cluster.endpoints:work"
 QUEUE = "cluster_work"
 HEAD, NODE_B, NODE_C = 0, 1, 2
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +100,7 @@ async def submit(cluster: LocalCluster, database_dsn: str,
             env=cluster.driver_environment(ENDPOINT_RUNTIME_DSN=database_dsn,
                                            ENDPOINT_RUNTIME_PEEK_DELAY="0.5",
                                            ENDPOINT_RUNTIME_LOG_FORMAT="json"),
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=ROOT,
             stdout=asyncio.subprocess.PIPE, stderr=log.open("wb"),
         )
         started.append(Submit(process, log))
