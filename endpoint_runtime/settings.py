@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import difflib
+import enum
 import os
 import tomllib
 import typing
@@ -23,12 +24,23 @@ from typing import Any, Literal, TypeVar
 import msgspec
 
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.transactions import TransactionMode
 
 ENV_PREFIX = "ENDPOINT_RUNTIME_"
 
 MIN_PEEK_DELAY = 0.1
 MAX_RECOMMENDED_PEEK_DELAY = 10.0
+
+
+class TransactionMode(enum.StrEnum):
+    """Transport transaction mode of an endpoint (NServiceBus ``TransportTransactionMode``);
+    one strategy module per mode in ``endpoint_runtime.transactions``."""
+
+    NONE = "none"
+    """Receive commits before handling; a failed message is not retried (at-most-once)."""
+    RECEIVE_ONLY = "receive_only"
+    """Receive is rolled back on failure; sends already made stay sent."""
+    SENDS_ATOMIC_WITH_RECEIVE = "sends_atomic_with_receive"
+    """Receive, sends and handler writes through ``context.connection`` commit as one."""
 
 
 class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

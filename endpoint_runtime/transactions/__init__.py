@@ -11,15 +11,8 @@ One strategy module per mode:
 
 from __future__ import annotations
 
-import enum
+# The mode is a setting (``settings.TransactionMode``): settings must not import the
+# package that implements the modes. Re-exported here, where users look for it.
+from endpoint_runtime.settings import TransactionMode
 
-
-class TransactionMode(enum.StrEnum):
-    """Transport transaction mode of an endpoint (NServiceBus ``TransportTransactionMode``)."""
-
-    NONE = "none"
-    """Receive commits before handling; a failed message is not retried (at-most-once)."""
-    RECEIVE_ONLY = "receive_only"
-    """Receive is rolled back on failure; sends already made stay sent."""
-    SENDS_ATOMIC_WITH_RECEIVE = "sends_atomic_with_receive"
-    """Receive, sends and handler writes through ``context.connection`` commit as one."""
+__all__ = ["TransactionMode"]
