@@ -1,4 +1,9 @@
-"""Error-queue tooling: list, show, retry (replay) and delete failed messages.
+"""The error queue: how failed messages get there, and the tooling to list, show, retry
+(replay) and delete them.
+
+The moves (for the pipeline, the delayed-message mover and the NONE mode) build the error copy
+here: the original headers plus NServiceBus's failure headers; the error queue never refuses a
+copy (``transport.sending.send_failed``).
 
 A retry moves a message back to its ``NServiceBus.FailedQ`` in one transaction, unchanged but
 for the error headers (and the delayed-retry headers, so the replay gets its full retries). If
@@ -18,15 +23,96 @@ import uuid
 import asyncpg
 import msgspec
 
+from endpoint_runtime.delayed.store import DelayedMessage
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
-from endpoint_runtime.messages import Headers, PoisonMessage, TransportMessage, encode_headers
-from endpoint_runtime.recoverability import ErrorHeaders, RetryHeaders
+from endpoint_runtime.messages import (
+    ErrorHeaders,
+    Headers,
+    OutgoingMessage,
+    PoisonMessage,
+    RetryHeaders,
+    TransportMessage,
+    decode_headers,
+    encode_headers,
+    to_wire_time,
+    utc_now,
+)
+from endpoint_runtime.outgoing import MACHINE
+from endpoint_runtime.recoverability import MAX_EXCEPTION_MESSAGE, Failure
 from endpoint_runtime.transport import PostgresTransport, QueueAddress, sending, statements
 from endpoint_runtime.transport.receiving import to_message
+from endpoint_runtime.transport.sending import Executor
 
 _STRIPPED_ON_RETRY = (*ErrorHeaders.ALL, RetryHeaders.RETRIES, RetryHeaders.TIMESTAMP,
                       Headers.ORIGINAL_NATIVE_ID,
                       "NServiceBus.ProcessingMachine", "NServiceBus.ProcessingEndpoint")
+
+
+# -- moving failed messages there -------------------------------------------------------------
+
+
+def error_copy(
+    message: TransportMessage, failure: Failure, failed_queue: str, endpoint: str
+) -> OutgoingMessage:
+    """The message as it goes to the error queue: original headers plus the error headers,
+    same id and body, no time-to-be-received."""
+    headers = dict(message.headers)
+    headers.update({
+        ErrorHeaders.FAILED_QUEUE: failed_queue,
+        ErrorHeaders.EXCEPTION_TYPE: failure.exception_type,
+        ErrorHeaders.INNER_EXCEPTION_TYPE: failure.inner_exception_type,
+        ErrorHeaders.HELP_LINK: "",
+        ErrorHeaders.MESSAGE: failure.message,
+        ErrorHeaders.SOURCE: failure.source,
+        ErrorHeaders.STACK_TRACE: failure.stack_trace,
+        ErrorHeaders.TIME_OF_FAILURE: to_wire_time(utc_now()),
+        Headers.PROCESSING_MACHINE: MACHINE,
+        Headers.PROCESSING_ENDPOINT: endpoint,
+    })
+    headers.pop(Headers.TIME_TO_BE_RECEIVED, None)
+    return OutgoingMessage(
+        message_id=str(message.native_id), headers=headers, body=message.body,
+        time_to_be_received=None,
+    )
+
+
+async def move_failed(
+    executor: Executor, error_queue: QueueAddress, message: TransportMessage, failure: Failure,
+    failed_queue: str, endpoint: str,
+) -> None:
+    """A message whose retries are used up (or unrecoverable), with its failure headers."""
+    copy = error_copy(message, failure, failed_queue, endpoint)
+    await sending.send_failed(executor, error_queue, message.native_id, copy.headers, copy.body)
+
+
+async def move_poison(executor: Executor, error_queue: QueueAddress,
+                      message: PoisonMessage) -> None:
+    """Headers that do not parse: the raw row, byte for byte."""
+    await sending.send_failed(executor, error_queue, message.native_id, message.raw_headers,
+                              message.body)
+
+
+async def move_undeliverable(
+    executor: Executor, error_queue: QueueAddress, message: DelayedMessage, exc: Exception,
+    endpoint: str,
+) -> None:
+    """A delayed message that could not be dispatched to its destination (the FailedQ)."""
+    try:
+        headers = decode_headers(message.headers)
+    except Exception:
+        headers = {"NServiceBus.RawHeaders": message.headers}
+    headers.update({
+        ErrorHeaders.FAILED_QUEUE: message.destination,
+        ErrorHeaders.EXCEPTION_TYPE: f"{type(exc).__module__}.{type(exc).__qualname__}",
+        ErrorHeaders.MESSAGE: str(exc)[:MAX_EXCEPTION_MESSAGE],
+        ErrorHeaders.TIME_OF_FAILURE: to_wire_time(utc_now()),
+        Headers.PROCESSING_MACHINE: MACHINE,
+        Headers.PROCESSING_ENDPOINT: endpoint,
+    })
+    await sending.send_failed(executor, error_queue, message.id, headers, message.body)
+
+
+# -- tooling ----------------------------------------------------------------------------------
 
 
 class FailedMessage(msgspec.Struct, frozen=True, kw_only=True):

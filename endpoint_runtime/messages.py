@@ -43,6 +43,28 @@ class Headers:
     """On an error-queue row that took a fresh id: the native id it had (restored on retry)."""
 
 
+class ErrorHeaders:
+    """Headers of a message in the error queue (NServiceBus names)."""
+
+    FAILED_QUEUE = "NServiceBus.FailedQ"
+    EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.ExceptionType"
+    INNER_EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.InnerExceptionType"
+    HELP_LINK = "NServiceBus.ExceptionInfo.HelpLink"
+    MESSAGE = "NServiceBus.ExceptionInfo.Message"
+    SOURCE = "NServiceBus.ExceptionInfo.Source"
+    STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
+    TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
+    ALL = (FAILED_QUEUE, EXCEPTION_TYPE, INNER_EXCEPTION_TYPE, HELP_LINK, MESSAGE, SOURCE,
+           STACK_TRACE, TIME_OF_FAILURE)
+
+
+class RetryHeaders:
+    """Headers of a delayed retry (NServiceBus names)."""
+
+    RETRIES = "NServiceBus.Retries"
+    TIMESTAMP = "NServiceBus.Retries.Timestamp"
+
+
 class MessageIntent(enum.StrEnum):
     """Why a message was sent (header ``NServiceBus.MessageIntent``)."""
 

@@ -27,6 +27,7 @@ from typing import Protocol
 import asyncpg
 import structlog
 
+from endpoint_runtime import error_queue
 from endpoint_runtime.context import HandlerConnection, HandlerContext, OutgoingDispatcher
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.errors import (
@@ -53,11 +54,9 @@ from endpoint_runtime.recoverability import (
     RecoverabilityPolicy,
     RetryLimits,
     delayed_retry_headers,
-    error_copy,
 )
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import SubscriptionStore
-from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.sending import Executor
 
@@ -324,9 +323,8 @@ class Pipeline:
     async def move_to_error_queue(
         self, executor: Executor, message: TransportMessage, failure: Failure
     ) -> None:
-        copy = error_copy(message, failure, str(self.local_address), self.endpoint)
-        await sending.send_failed(executor, self.error_address, message.native_id,
-                                  copy.headers, copy.body)
+        await error_queue.move_failed(executor, self.error_address, message, failure,
+                                      str(self.local_address), self.endpoint)
         self.failures.forget(message.native_id)
         self.stats.moved_to_error += 1
         self.metrics.moved_to_error(self._type_tag_of(message))
@@ -357,10 +355,7 @@ class Pipeline:
     async def move_poison_to_error_queue(self, executor: Executor, message: PoisonMessage) -> None:
         """Headers that do not parse: the raw row goes to the error queue as it is."""
         try:
-            await sending.send_failed(
-                executor, self.error_address, message.native_id, message.raw_headers,
-                message.body,
-            )
+            await error_queue.move_poison(executor, self.error_address, message)
         except Exception as exc:
             raise RecoverabilityFailedError(message.native_id) from exc
         self.stats.moved_to_error += 1

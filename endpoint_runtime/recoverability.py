@@ -34,14 +34,29 @@ from endpoint_runtime.errors import (
     UnknownMessageTypeError,
 )
 from endpoint_runtime.messages import (
-    Headers,
-    OutgoingMessage,
+    ErrorHeaders,
+    RetryHeaders,
     TransportMessage,
     from_wire_time,
     to_wire_time,
     utc_now,
 )
-from endpoint_runtime.outgoing import MACHINE
+
+# ErrorHeaders and RetryHeaders are messages' now; importable from here as they always were.
+__all__ = [
+    "Action",
+    "Decision",
+    "DiscardMessage",
+    "ErrorHeaders",
+    "FailedMessages",
+    "Failure",
+    "RecoverabilityPolicy",
+    "RetryHeaders",
+    "RetryLater",
+    "RetryLimits",
+    "delayed_retries_done",
+    "delayed_retry_headers",
+]
 
 FAILURE_CACHE_SIZE = 10_000
 MAX_EXCEPTION_MESSAGE = 16_384
@@ -50,24 +65,6 @@ FAILURE_TEXT_BUDGET = 4_000_000
 it the oldest records keep only a short head of the message and tail of the stack trace."""
 CUT_MESSAGE = 160
 CUT_STACK_TRACE = 640
-
-
-class ErrorHeaders:
-    FAILED_QUEUE = "NServiceBus.FailedQ"
-    EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.ExceptionType"
-    INNER_EXCEPTION_TYPE = "NServiceBus.ExceptionInfo.InnerExceptionType"
-    HELP_LINK = "NServiceBus.ExceptionInfo.HelpLink"
-    MESSAGE = "NServiceBus.ExceptionInfo.Message"
-    SOURCE = "NServiceBus.ExceptionInfo.Source"
-    STACK_TRACE = "NServiceBus.ExceptionInfo.StackTrace"
-    TIME_OF_FAILURE = "NServiceBus.TimeOfFailure"
-    ALL = (FAILED_QUEUE, EXCEPTION_TYPE, INNER_EXCEPTION_TYPE, HELP_LINK, MESSAGE, SOURCE,
-           STACK_TRACE, TIME_OF_FAILURE)
-
-
-class RetryHeaders:
-    RETRIES = "NServiceBus.Retries"
-    TIMESTAMP = "NServiceBus.Retries.Timestamp"
 
 
 class Action(enum.StrEnum):
@@ -269,28 +266,3 @@ def delayed_retry_headers(message: TransportMessage) -> dict[str, str]:
     headers[RetryHeaders.RETRIES] = str(delayed_retries_done(message.headers) + 1)
     headers.setdefault(RetryHeaders.TIMESTAMP, to_wire_time(utc_now()))
     return headers
-
-
-def error_copy(
-    message: TransportMessage, failure: Failure, failed_queue: str, endpoint: str
-) -> OutgoingMessage:
-    """The message as it goes to the error queue: original headers plus the error headers,
-    same id and body, no time-to-be-received."""
-    headers = dict(message.headers)
-    headers.update({
-        ErrorHeaders.FAILED_QUEUE: failed_queue,
-        ErrorHeaders.EXCEPTION_TYPE: failure.exception_type,
-        ErrorHeaders.INNER_EXCEPTION_TYPE: failure.inner_exception_type,
-        ErrorHeaders.HELP_LINK: "",
-        ErrorHeaders.MESSAGE: failure.message,
-        ErrorHeaders.SOURCE: failure.source,
-        ErrorHeaders.STACK_TRACE: failure.stack_trace,
-        ErrorHeaders.TIME_OF_FAILURE: to_wire_time(utc_now()),
-        Headers.PROCESSING_MACHINE: MACHINE,
-        Headers.PROCESSING_ENDPOINT: endpoint,
-    })
-    headers.pop(Headers.TIME_TO_BE_RECEIVED, None)
-    return OutgoingMessage(
-        message_id=str(message.native_id), headers=headers, body=message.body,
-        time_to_be_received=None,
-    )

@@ -21,11 +21,9 @@ import time
 import asyncpg
 import structlog
 
+from endpoint_runtime import error_queue
 from endpoint_runtime.circuit_breakers import CircuitBreaker, CriticalErrorHandler
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
-from endpoint_runtime.messages import decode_headers, to_wire_time, utc_now
-from endpoint_runtime.outgoing import MACHINE
-from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.settings import DelayedDeliverySettings
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
@@ -202,20 +200,8 @@ class DelayedMessageMover:
     async def _move_to_error_queue(
         self, connection: asyncpg.Connection, message: DelayedMessage, exc: Exception
     ) -> None:
-        try:
-            headers = decode_headers(message.headers)
-        except Exception:
-            headers = {"NServiceBus.RawHeaders": message.headers}
-        headers.update({
-            ErrorHeaders.FAILED_QUEUE: message.destination,
-            ErrorHeaders.EXCEPTION_TYPE: f"{type(exc).__module__}.{type(exc).__qualname__}",
-            ErrorHeaders.MESSAGE: str(exc)[:16_384],
-            ErrorHeaders.TIME_OF_FAILURE: to_wire_time(utc_now()),
-            "NServiceBus.ProcessingMachine": MACHINE,
-            "NServiceBus.ProcessingEndpoint": self._endpoint,
-        })
-        await sending.send_failed(connection, self._error_address, message.id, headers,
-                                  message.body)
+        await error_queue.move_undeliverable(connection, self._error_address, message, exc,
+                                             self._endpoint)
         await self.store.remove(connection, message)
         self.moved_to_error += 1
         log.error("delayed_message_to_error_queue", destination=message.destination,

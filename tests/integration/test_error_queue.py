@@ -11,6 +11,7 @@ import pytest
 from endpoint_runtime import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.error_queue import (
     delete_failed,
+    error_copy,
     list_failed,
     retry_all,
     retry_failed,
@@ -18,7 +19,7 @@ from endpoint_runtime.error_queue import (
 )
 from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders, Failure, error_copy
+from endpoint_runtime.recoverability import ErrorHeaders, Failure
 from endpoint_runtime.transport import PostgresTransport
 
 

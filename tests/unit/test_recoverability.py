@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from endpoint_runtime.error_queue import error_copy
 from endpoint_runtime.errors import MessageDecodeError
 from endpoint_runtime.messages import Headers, TransportMessage, to_wire_time
 from endpoint_runtime.recoverability import (
@@ -17,7 +18,6 @@ from endpoint_runtime.recoverability import (
     RetryHeaders,
     RetryLater,
     RetryLimits,
-    error_copy,
 )
 
 POLICY = RecoverabilityPolicy(immediate_retries=2, delayed_retries=3, delayed_retry_delay=10)
