@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
 from collections import defaultdict
 from typing import Any
@@ -105,26 +106,36 @@ class RayMetrics(Metrics):
             with contextlib.suppress(RuntimeError):  # no running loop: flushed by close()
                 self._flusher = asyncio.get_running_loop().create_task(self._flush_forever())
 
-    def _observe(self, histogram: str, message_type: str, value: float) -> None:
-        """Reservoir sampling: each observation of the interval is kept with equal chance."""
+    def _slot(self, histogram: str, message_type: str) -> int | None:
+        """Reservoir sampling: where this interval's next observation goes, or ``None`` when
+        it is not kept (each observation of the interval is kept with equal chance). Asked
+        before the value is computed, so that the values not kept cost nothing."""
         key = (histogram, message_type)
         self._seen[key] += 1
         samples = self._samples[key]
         if len(samples) < HISTOGRAM_SAMPLES:
-            samples.append(value)
-        else:
-            slot = random.randrange(self._seen[key])
-            if slot < HISTOGRAM_SAMPLES:
-                samples[slot] = value
+            samples.append(0.0)
+            return len(samples) - 1
+        slot = random.randrange(self._seen[key])
+        return slot if slot < HISTOGRAM_SAMPLES else None
 
     def processed(self, message_type: str, started: float, ended: float,
                   headers: dict[str, str]) -> None:
         self._count("messages_processed", message_type)
-        self._observe("processing", message_type, ended - started)
+        slot = self._slot("processing", message_type)
+        if slot is not None:
+            self._samples[("processing", message_type)][slot] = ended - started
         sent = headers.get(Headers.TIME_SENT)
-        if sent:
-            with contextlib.suppress(ValueError):
-                self._observe("critical", message_type, ended - from_wire_time(sent).timestamp())
+        if not sent:
+            return
+        slot = self._slot("critical", message_type)
+        if slot is None:
+            return
+        samples = self._samples[("critical", message_type)]
+        try:
+            samples[slot] = ended - from_wire_time(sent).timestamp()
+        except ValueError:  # not a wire time: no observation (skipped at the flush)
+            samples[slot] = math.nan
 
     def failed(self, message_type: str, *, immediate_retry: bool) -> None:
         self._count("messages_failed", message_type)
@@ -151,7 +162,9 @@ class RayMetrics(Metrics):
         self._seen = defaultdict(int)
         for (histogram, message_type), values in samples.items():
             for value in values:
-                self._histograms[histogram].observe(value, tags={"message_type": message_type})
+                if not math.isnan(value):
+                    self._histograms[histogram].observe(value,
+                                                        tags={"message_type": message_type})
 
     async def _flush_forever(self) -> None:
         while True:
