@@ -18,18 +18,17 @@ endpoint_runtime_queue_length                gauge      endpoint (the peeker's e
 ===========================================  =========  ========================================
 
 A Ray metric costs about 8 us per record, too much to pay several times per message. Receivers
-therefore count in memory and hand the sums to Ray once a second; histograms take at most
-``HISTOGRAM_SAMPLES`` observations per second and message type (a uniform sample of them: the
-counters stay exact). ``message_type`` is a registered type's wire name, or ``unknown``: header
-text from outside never becomes a tag value, so hostile input cannot grow the set of series.
+therefore count in memory (two dictionary look-ups per message) and hand the sums to Ray once a
+second; histograms take the first ``HISTOGRAM_SAMPLES`` messages of each second and type (their
+TimeSent is parsed at the flush, off the message path); the counters stay exact.
+``message_type`` is a registered type's wire name, or ``unknown``: header text from outside
+never becomes a tag value, so hostile input cannot grow the set of series.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import random
 from collections import defaultdict
 from typing import Any
 
@@ -96,46 +95,32 @@ class RayMetrics(Metrics):
         for metric in (*self._counters.values(), *self._histograms.values(), self._queue_length):
             metric.set_default_tags({"endpoint": endpoint})
         self._counts: dict[tuple[str, str, str], int] = defaultdict(int)
-        self._seen: dict[tuple[str, str], int] = defaultdict(int)
-        self._samples: dict[tuple[str, str], list[float]] = defaultdict(list)
+        self._processed: dict[str, int] = {}
+        self._timings: dict[str, list[tuple[float, float, str | None]]] = {}
+        """Per type, this interval's first HISTOGRAM_SAMPLES (start, end, TimeSent)."""
         self._flusher: asyncio.Task[None] | None = None
 
     def _count(self, counter: str, message_type: str, kind: str = "") -> None:
         self._counts[(counter, message_type, kind)] += 1
+        self._start_flushing()
+
+    def _start_flushing(self) -> None:
         if self._flusher is None:
             with contextlib.suppress(RuntimeError):  # no running loop: flushed by close()
                 self._flusher = asyncio.get_running_loop().create_task(self._flush_forever())
 
-    def _slot(self, histogram: str, message_type: str) -> int | None:
-        """Reservoir sampling: where this interval's next observation goes, or ``None`` when
-        it is not kept (each observation of the interval is kept with equal chance). Asked
-        before the value is computed, so that the values not kept cost nothing."""
-        key = (histogram, message_type)
-        self._seen[key] += 1
-        samples = self._samples[key]
-        if len(samples) < HISTOGRAM_SAMPLES:
-            samples.append(0.0)
-            return len(samples) - 1
-        slot = random.randrange(self._seen[key])
-        return slot if slot < HISTOGRAM_SAMPLES else None
-
     def processed(self, message_type: str, started: float, ended: float,
                   headers: dict[str, str]) -> None:
-        self._count("messages_processed", message_type)
-        slot = self._slot("processing", message_type)
-        if slot is not None:
-            self._samples[("processing", message_type)][slot] = ended - started
-        sent = headers.get(Headers.TIME_SENT)
-        if not sent:
-            return
-        slot = self._slot("critical", message_type)
-        if slot is None:
-            return
-        samples = self._samples[("critical", message_type)]
-        try:
-            samples[slot] = ended - from_wire_time(sent).timestamp()
-        except ValueError:  # not a wire time: no observation (skipped at the flush)
-            samples[slot] = math.nan
+        # The hot path: two dictionary look-ups; TimeSent is parsed at the flush, only for
+        # the samples kept.
+        processed = self._processed
+        processed[message_type] = processed.get(message_type, 0) + 1
+        timings = self._timings.get(message_type)
+        if timings is None:
+            timings = self._timings[message_type] = []
+            self._start_flushing()
+        if len(timings) < HISTOGRAM_SAMPLES:
+            timings.append((started, ended, headers.get(Headers.TIME_SENT)))
 
     def failed(self, message_type: str, *, immediate_retry: bool) -> None:
         self._count("messages_failed", message_type)
@@ -158,13 +143,17 @@ class RayMetrics(Metrics):
             if kind:
                 tags["kind"] = kind
             self._counters[counter].inc(n, tags=tags)
-        samples, self._samples = self._samples, defaultdict(list)
-        self._seen = defaultdict(int)
-        for (histogram, message_type), values in samples.items():
-            for value in values:
-                if not math.isnan(value):
-                    self._histograms[histogram].observe(value,
-                                                        tags={"message_type": message_type})
+        processed, self._processed = self._processed, {}
+        for message_type, n in processed.items():
+            self._counters["messages_processed"].inc(n, tags={"message_type": message_type})
+        timings, self._timings = self._timings, {}
+        for message_type, observed in timings.items():
+            tags = {"message_type": message_type}
+            for started, ended, sent in observed:
+                self._histograms["processing"].observe(ended - started, tags=tags)
+                critical = _critical_seconds(sent, ended)
+                if critical is not None:
+                    self._histograms["critical"].observe(critical, tags=tags)
 
     async def _flush_forever(self) -> None:
         while True:
@@ -178,3 +167,13 @@ class RayMetrics(Metrics):
                 await self._flusher
             self._flusher = None
         self.flush()
+
+
+def _critical_seconds(sent: str | None, ended: float) -> float | None:
+    """Critical time: from TimeSent (wire format) to the end of processing (epoch s)."""
+    if not sent:
+        return None
+    try:
+        return max(0.0, ended - from_wire_time(sent).timestamp())
+    except ValueError:
+        return None
