@@ -24,8 +24,9 @@ from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.peeker import DeploymentConfig, DeploymentStatus, PeekerActor
 from endpoint_runtime.connection_budget import check_connection_budget
 from endpoint_runtime.embedded import RedactedDsn, resolve_dsn
-from endpoint_runtime.endpoint import Endpoint, load_endpoint, outbox_storage
+from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import subscribe_to_handled_types, subscription_store
@@ -97,7 +98,7 @@ class EndpointDeployment:
                 if endpoint.delayed_store is not None and settings.delayed_delivery.enabled:
                     await endpoint.delayed_store.setup_infrastructure(connection)
                 if settings.outbox is not None:
-                    await outbox_storage(endpoint.address, settings).setup(connection)
+                    await OutboxStorage.for_settings(endpoint.address, settings).setup(connection)
                 if settings.auto_subscribe:
                     await subscribe_to_handled_types(
                         connection, subscription_store(transport_settings), endpoint.name,

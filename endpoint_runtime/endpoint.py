@@ -43,12 +43,8 @@ from endpoint_runtime.subscriptions import (
     topics_of,
 )
 from endpoint_runtime.transactions import TransactionMode
-from endpoint_runtime.transactions.atomic import atomic_strategy
+from endpoint_runtime.transactions.assembly import strategy_for
 from endpoint_runtime.transactions.base import ReceiveStrategy
-from endpoint_runtime.transactions.batched import BatchedAtomicStrategy
-from endpoint_runtime.transactions.none import NoTransactionStrategy
-from endpoint_runtime.transactions.outbox import OutboxStrategy
-from endpoint_runtime.transactions.receive_only import receive_only_strategy
 from endpoint_runtime.transport.addresses import (
     ENDPOINT_NAME_SUFFIXES,
     TABLE_NAME_SUFFIXES,
@@ -229,19 +225,10 @@ class Endpoint(Sender):
     def create_strategy(
         pipeline: Pipeline, pool: asyncpg.Pool, settings: EndpointSettings
     ) -> ReceiveStrategy:
-        """The receive strategy of the settings' transaction mode."""
-        mode = settings.mode
-        if settings.outbox is not None:
-            return OutboxStrategy(
-                pipeline, pool, outbox_storage(pipeline.local_address, settings), settings.outbox
-            )
-        if mode is TransactionMode.NONE:
-            return NoTransactionStrategy(pipeline, pool)
-        if mode is TransactionMode.RECEIVE_ONLY:
-            return receive_only_strategy(pipeline, pool)
-        if settings.batch_size > 1:
-            return BatchedAtomicStrategy(pipeline, pool, settings.batch_size)
-        return atomic_strategy(pipeline, pool)
+        """The receive strategy of the settings' transaction mode (see
+        :func:`endpoint_runtime.transactions.assembly.strategy_for`); built-in endpoints
+        such as ingestion bring their own."""
+        return strategy_for(settings, pipeline, pool)
 
     def background_tasks(
         self, pool: asyncpg.Pool, settings: EndpointSettings
@@ -290,8 +277,8 @@ class Endpoint(Sender):
 
 
 def outbox_storage(address: QueueAddress, settings: EndpointSettings) -> OutboxStorage:
-    assert settings.outbox is not None
-    return OutboxStorage.for_endpoint(address, settings.outbox.table_name)
+    """(Kept for callers of earlier versions: ``OutboxStorage.for_settings``.)"""
+    return OutboxStorage.for_settings(address, settings)
 
 
 def load_endpoint(import_path: str) -> Endpoint:

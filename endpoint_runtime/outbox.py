@@ -20,7 +20,7 @@ import structlog
 
 from endpoint_runtime.delayed.store import DelayedMessage
 from endpoint_runtime.messages import OutgoingMessage
-from endpoint_runtime.settings import OutboxSettings
+from endpoint_runtime.settings import EndpointSettings, OutboxSettings
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
 from endpoint_runtime.transport.connection import prepared_name
@@ -79,6 +79,12 @@ class OutboxStorage:
         self.table = table
         self._dispatch_statements: dict[QueueAddress, str] = {}
         self._receive_statements: dict[QueueAddress, str] = {}
+
+    @classmethod
+    def for_settings(cls, endpoint: QueueAddress, settings: EndpointSettings) -> OutboxStorage:
+        """The outbox table of an endpoint whose settings enable the outbox."""
+        assert settings.outbox is not None, "the settings do not enable the outbox"
+        return cls.for_endpoint(endpoint, settings.outbox.table_name)
 
     @classmethod
     def for_endpoint(cls, endpoint: QueueAddress, table_name: str | None) -> OutboxStorage:

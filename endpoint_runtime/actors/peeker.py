@@ -34,10 +34,10 @@ from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, Rece
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.connection_budget import PEEKER_POOL_SIZE
 from endpoint_runtime.delayed.mover import DelayedMessageMover
-from endpoint_runtime.endpoint import load_endpoint, outbox_storage
+from endpoint_runtime.endpoint import load_endpoint
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.metrics import RayMetrics
-from endpoint_runtime.outbox import OutboxCleaner
+from endpoint_runtime.outbox import OutboxCleaner, OutboxStorage
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transport import QueueAddress, connect_pool, receiving
 from endpoint_runtime.transport.listening import Listener
@@ -248,7 +248,7 @@ class Peeker:
         outbox = self.settings.outbox
         if outbox is not None and outbox.cleanup_enabled:
             self._cleaner = OutboxCleaner(
-                outbox_storage(self.config.address, self.settings), self._pool, outbox,
+                OutboxStorage.for_settings(self.config.address, self.settings), self._pool, outbox,
                 self.on_critical_error,
             )
             self._cleaner_task = asyncio.get_running_loop().create_task(self._cleaner.run())

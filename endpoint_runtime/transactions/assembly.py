@@ -1,0 +1,32 @@
+"""The one place that picks a receive strategy from an endpoint's settings."""
+
+from __future__ import annotations
+
+import asyncpg
+
+from endpoint_runtime.outbox import OutboxStorage
+from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.settings import EndpointSettings, TransactionMode
+from endpoint_runtime.transactions.atomic import atomic_strategy
+from endpoint_runtime.transactions.base import ReceiveStrategy
+from endpoint_runtime.transactions.batched import BatchedAtomicStrategy
+from endpoint_runtime.transactions.none import NoTransactionStrategy
+from endpoint_runtime.transactions.outbox import OutboxStrategy
+from endpoint_runtime.transactions.receive_only import receive_only_strategy
+
+
+def strategy_for(
+    settings: EndpointSettings, pipeline: Pipeline, pool: asyncpg.Pool
+) -> ReceiveStrategy:
+    """The receive strategy of the settings' transaction mode (and outbox, batch size)."""
+    if settings.outbox is not None:
+        storage = OutboxStorage.for_settings(pipeline.local_address, settings)
+        return OutboxStrategy(pipeline, pool, storage, settings.outbox)
+    mode = settings.mode
+    if mode is TransactionMode.NONE:
+        return NoTransactionStrategy(pipeline, pool)
+    if mode is TransactionMode.RECEIVE_ONLY:
+        return receive_only_strategy(pipeline, pool)
+    if settings.batch_size > 1:
+        return BatchedAtomicStrategy(pipeline, pool, settings.batch_size)
+    return atomic_strategy(pipeline, pool)
