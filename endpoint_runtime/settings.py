@@ -294,7 +294,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         receiver_num_cpus: Ray CPUs reserved per receiver (0: do not reserve).
         receiver_resources: Ray custom resources each receiver requires, which pins receivers
             to the nodes that have them (``{"queue_workers": 1}``); empty: spread receivers
-            across every node (Ray's SPREAD strategy).
+            evenly over the live nodes (see docs/cluster.md).
     """
 
     transaction_mode: TransactionMode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
