@@ -42,8 +42,17 @@ def ensure_ray() -> None:
     ray.init(
         include_dashboard=False,
         log_to_driver=True,
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths)}},
+        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths), **actor_log_format()}},
         configure_logging=False,
         _system_config=LOCAL_RAY_CONFIG,
     )
     log.info("ray_started", resources=ray.cluster_resources())  # type: ignore[no-untyped-call]
+
+
+def actor_log_format() -> dict[str, str]:
+    """Actors log as the driver does: their stderr is never a terminal, so without this they
+    would write JSON lines into a person's console output (Ray forwards them to the driver)."""
+    chosen = os.environ.get("ENDPOINT_RUNTIME_LOG_FORMAT")
+    if chosen:
+        return {"ENDPOINT_RUNTIME_LOG_FORMAT": chosen}
+    return {"ENDPOINT_RUNTIME_LOG_FORMAT": "console" if sys.stderr.isatty() else "json"}
