@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DoubleType,
@@ -103,12 +103,14 @@ class Reader:
         self.until = until
         self.partitions = partitions
 
-    def query(self, sql: str) -> list[tuple[object, ...]]:
-        """A small query run on the driver's side (bounds, existence)."""
-        reader = self.spark.read.format("jdbc").option("url", self.target.url)
-        reader = reader.option("driver", "org.postgresql.Driver").options(
-            **self.target.properties)
-        return [tuple(row) for row in reader.option("query", sql).load().collect()]
+    def _jdbc(self) -> DataFrameReader:
+        # The driver class named: without it, a jar added by spark.jars is not found.
+        return (self.spark.read.format("jdbc").option("url", self.target.url)
+                .option("driver", "org.postgresql.Driver").options(**self.target.properties))
+
+    def query(self, sql: str) -> list[Row]:
+        """A small query (bounds, existence): one partition, collected."""
+        return self._jdbc().option("query", sql).load().collect()
 
     def qualified(self, table: Table) -> str:
         return QueueAddress(table.name, self.schema).qualified
@@ -134,17 +136,15 @@ class Reader:
         where = self.where(table)
         low, high, rows = self.query(
             f"SELECT min(id), max(id), count(*) FROM {self.qualified(table)} WHERE {where}")[0]
-        count = int(rows or 0)  # type: ignore[call-overload]
+        count = int(rows or 0)
         if count == 0 or low is None or high is None:
             return Source(self.spark.createDataFrame([], table.schema), 0, 0)
         partitions = self.partitions or self._partitions(count)
         columns = ", ".join(field.name for field in table.schema.fields)
         subquery = f"(SELECT {columns} FROM {self.qualified(table)} WHERE {where}) AS rows"
-        reader = (self.spark.read.format("jdbc").option("url", self.target.url)
-                  .option("driver", "org.postgresql.Driver").options(**self.target.properties)
-                  .option("dbtable", subquery).option("fetchsize", FETCH_SIZE)
+        reader = (self._jdbc().option("dbtable", subquery).option("fetchsize", FETCH_SIZE)
                   .option("partitionColumn", "id").option("lowerBound", str(low))
-                  .option("upperBound", str(int(high) + 1))  # type: ignore[call-overload]
+                  .option("upperBound", str(int(high) + 1))
                   .option("numPartitions", str(partitions)))
         frame = reader.load().select(
             *(F.col(field.name).cast(field.dataType) for field in table.schema.fields))
