@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -13,6 +14,7 @@ import msgspec
 import pytest
 
 from endpoint_runtime import ConfigurationError, Endpoint, Sender, TransportSettings
+from endpoint_runtime.circuit_breakers import BreakerState
 from endpoint_runtime.delayed import DelayedMessage, PostgresDelayedMessageStore
 from endpoint_runtime.delayed.mover import DelayedMessageMover
 from endpoint_runtime.delayed.store import DelayedMessageStore
@@ -46,9 +48,12 @@ async def store(transport: PostgresTransport) -> PostgresDelayedMessageStore:
 @contextlib.asynccontextmanager
 async def running_mover(
     transport: PostgresTransport, store: DelayedMessageStore, error_queue: str = "error",
-    **settings: object,
+    critical: list[str] | None = None, **settings: object,
 ) -> AsyncIterator[DelayedMessageMover]:
-    critical: list[str] = []
+    """A mover running on ``store``; its critical errors go to ``critical``; without that
+    list the mover must raise none."""
+    expect_none = critical is None
+    critical = [] if critical is None else critical
     mover = DelayedMessageMover(
         store=store, pool=transport.pool, dsn=transport.dsn, endpoint="orders",
         schema="public", error_address=QueueAddress(error_queue),
@@ -63,6 +68,8 @@ async def running_mover(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+    if expect_none:
+        assert critical == []
 
 
 async def wait_for_depth(transport: PostgresTransport, queue: str, count: int,
@@ -304,3 +311,93 @@ async def test_a_second_deferral_of_one_id_to_one_queue_is_kept(
         await wait_for_depth(transport, "target", 2)
     bodies = sorted(bytes(r["body"]) for r in await transport.pool.fetch("SELECT body FROM target"))
     assert bodies == [b'{"second":true}', b"{}"]
+
+
+class FailureTimes:
+    """The store, with the time of every failure the mover counts."""
+
+    def __init__(self, store: PostgresDelayedMessageStore) -> None:
+        self.store = store
+        self.notify_channel = store.notify_channel
+        self.times: list[float] = []
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    async def increment_failure_count(
+        self, connection: asyncpg.Connection, message: DelayedMessage
+    ) -> bool:
+        self.times.append(time.monotonic())
+        return await self.store.increment_failure_count(connection, message)
+
+
+async def test_the_mover_counts_failures_no_faster_than_its_rate_limit(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore
+) -> None:
+    """maximum_recovery_failures_per_second: eight undeliverable messages due at once are
+    counted at most five a second (the limiter waits before each count but the first)."""
+    async with transport.pool.acquire() as connection:
+        for _ in range(8):
+            await store.store(connection, delayed(datetime.now(UTC), destination="nowhere"))
+    timed = FailureTimes(store)
+    async with running_mover(transport, timed, number_of_retries=100,
+                             maximum_recovery_failures_per_second=5):
+        deadline = time.monotonic() + 30
+        while len(timed.times) < 8:
+            assert time.monotonic() < deadline, f"{len(timed.times)} failures counted"
+            await asyncio.sleep(0.02)
+    span = timed.times[7] - timed.times[0]
+    # Seven intervals of at least 0.2 s; 0.1 s less for the first count's own round trip.
+    assert span >= 7 * 0.2 - 0.1, timed.times[:8]
+
+
+async def critical_error_raised(critical: list[str], started: float, *,
+                                time_to_trigger: float) -> None:
+    """Wait (20 s at most) for the first critical error; not before ``time_to_trigger``."""
+    while not critical:
+        assert time.monotonic() - started < 20, "no critical error"
+        await asyncio.sleep(0.02)
+    assert time.monotonic() - started >= time_to_trigger
+
+
+async def test_the_fetch_breaker_raises_the_critical_error_and_disarms_when_fetches_work(
+    transport: PostgresTransport,
+) -> None:
+    """A store whose fetches fail (its table does not exist yet) triggers the fetch breaker
+    after time_to_trigger_fetch_circuit_breaker; once the table exists, it disarms."""
+    missing = PostgresDelayedMessageStore.for_endpoint(QueueAddress("later"))
+    critical: list[str] = []
+    started = time.monotonic()
+    async with running_mover(transport, missing, critical=critical,
+                             time_to_trigger_fetch_circuit_breaker=0.5) as mover:
+        await critical_error_raised(critical, started, time_to_trigger=0.5)
+        assert "'delayed-fetch' triggered" in critical[0]
+        assert mover.fetch_breaker.state is BreakerState.TRIGGERED
+        async with transport.pool.acquire() as connection:
+            await missing.setup_infrastructure(connection)
+        while mover.fetch_breaker.state is not BreakerState.DISARMED:
+            assert time.monotonic() - started < 40, "the fetch breaker did not disarm"
+            await asyncio.sleep(0.02)
+    assert len(critical) == 1
+
+
+async def test_the_dispatch_breaker_raises_the_critical_error_and_disarms_on_a_dispatch(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore
+) -> None:
+    """A due message whose dispatch keeps failing (its queue does not exist yet) triggers the
+    dispatch breaker after time_to_trigger_dispatch_circuit_breaker; the first dispatch that
+    works (the queue created) disarms it."""
+    async with transport.pool.acquire() as connection:
+        await store.store(connection, delayed(datetime.now(UTC), destination="created_later"))
+    critical: list[str] = []
+    started = time.monotonic()
+    async with running_mover(transport, store, critical=critical, number_of_retries=100,
+                             maximum_recovery_failures_per_second=50,
+                             time_to_trigger_dispatch_circuit_breaker=0.5) as mover:
+        await critical_error_raised(critical, started, time_to_trigger=0.5)
+        assert "'delayed-dispatch' triggered" in critical[0]
+        assert mover.dispatch_breaker.state is BreakerState.TRIGGERED
+        await transport.create_queue("created_later")
+        await wait_for_depth(transport, "created_later", 1, limit_s=20)
+        assert mover.dispatch_breaker.state is BreakerState.DISARMED
+    assert len(critical) == 1

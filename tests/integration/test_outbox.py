@@ -16,7 +16,7 @@ from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.outbox import OutboxStrategy
 from endpoint_runtime.transactions.single import end_carried_transaction
-from endpoint_runtime.transport import PostgresTransport
+from endpoint_runtime.transport import PostgresTransport, quote_identifier
 from tests.support.outbox_endpoints import HELD_INVOICE_LOCK, PayInvoice
 from tests.support.outbox_endpoints import optimistic as optimistic_endpoint
 from tests.support.outbox_endpoints import pessimistic as pessimistic_endpoint
@@ -209,6 +209,50 @@ async def test_only_one_instance_cleans_at_a_time(transport: PostgresTransport) 
         assert await cleaner.clean_once() is None  # another instance is cleaning
         await holder.execute("SELECT pg_advisory_unlock($1)", storage.lock_key)
     assert await cleaner.clean_once() == 0
+
+
+async def test_the_cleaner_raises_the_critical_error_after_ten_failed_rounds_in_a_row(
+    transport: PostgresTransport,
+) -> None:
+    """A cleanup that fails (its table is gone) raises the critical error at its tenth failed
+    round in a row, not before; a round that succeeds starts the count again."""
+    await prepare(transport, optimistic_endpoint)
+    storage = optimistic_endpoint.outbox_storage
+    assert storage is not None
+    here, away = storage.table.qualified, '"public"."outbox_away"'
+    succeeding_rounds = {8, 19}  # every other round finds no table and fails
+    rounds = 0
+    critical: list[int] = []  # the round of each critical error
+
+    def on_critical_error(message: str, exc: BaseException) -> None:
+        assert message == "outbox cleanup failed 10 times in a row"
+        critical.append(rounds)
+
+    cleaner = OutboxCleaner(storage, transport.pool, OutboxSettings(cleanup_interval=0.01),
+                            on_critical_error)
+    clean_once = cleaner.clean_once
+    done = asyncio.Event()
+
+    async def one_round() -> int | None:
+        nonlocal rounds
+        rounds += 1
+        if rounds == 30:
+            done.set()
+            cleaner.stop()
+        table_is_here = await transport.pool.fetchval("SELECT to_regclass($1)", here)
+        if (rounds in succeeding_rounds) != bool(table_is_here):
+            source, name = (away, storage.table.table) if rounds in succeeding_rounds else (
+                here, "outbox_away")
+            await transport.pool.execute(
+                f"ALTER TABLE {source} RENAME TO {quote_identifier(name)}")
+        return await clean_once()
+
+    cleaner.clean_once = one_round  # type: ignore[method-assign]
+    await transport.pool.execute(f"ALTER TABLE {here} RENAME TO outbox_away")
+    await asyncio.wait_for(cleaner.run(), timeout=30)
+    assert done.is_set()
+    # Rounds 1-7 fail, 8 succeeds, 9-18 fail (ten in a row), 19 succeeds, 20-29 fail.
+    assert critical == [18, 29]
 
 
 async def test_outbox_reply_and_delayed_send_keep_their_headers(

@@ -40,3 +40,24 @@ crashing.register(_handle)
 # Many receivers: their worst case of connections is far above a small server's limit.
 wide = Endpoint("wide", max_concurrency=256, slots_per_receiver=4)
 wide.register(_handle)
+
+
+class Doomed(msgspec.Struct):
+    """Always fails: with no retries it goes to the error queue at once."""
+
+    n: int
+
+
+async def _fail(message: Doomed, context: HandlerContext) -> None:
+    raise RuntimeError(f"doomed {message.n}")
+
+
+# A failed message goes to the error queue at once; short breaker times as above.
+_NO_RETRIES = dict(_OUTAGE, immediate_retries=0, delayed_retries=0, max_concurrency=1,
+                   slots_per_receiver=1)
+processing_log = Endpoint("processing_log", on_critical_error="log", **_NO_RETRIES)
+# on_critical_error left to its default.
+default_action = Endpoint("default_action", **_NO_RETRIES)
+for _endpoint in (processing_log, default_action):
+    _endpoint.register(_handle)
+    _endpoint.register(_fail)
