@@ -127,6 +127,36 @@ async def test_a_message_rolled_back_below_the_position_is_received_within_a_sec
         assert await take(receiver, address) == held.seq
 
 
+async def test_a_connection_scans_from_the_start_once_a_second_by_itself(
+    transport: PostgresTransport,
+) -> None:
+    """Nobody touches the schedule: the connection's first receive scans from the start and
+    the next scan comes due FULL_SCAN_INTERVAL later. A message rolled back below the
+    position is found by that scan, while plenty still lies past the position (receives
+    paced at 20 ms: 400 messages last 8 s), and not before it (the position is used)."""
+    address = await transport.create_queue("paced")
+    await transport.send_many(address, [create_outgoing(OrderPlaced(i)) for i in range(400)])
+    async with transport.pool.acquire() as holder, transport.pool.acquire() as receiver:
+        transaction = holder.transaction()
+        await transaction.start()
+        held = await receiving.receive(holder, address)
+        assert isinstance(held, TransportMessage)
+        first_receive = time.monotonic()  # before the first receive sets the schedule
+        taken = [await take(receiver, address), await take(receiver, address)]
+        await transaction.rollback()  # held is back, below the receiver's position
+        assert held.seq < taken[0]
+        while (seq := await take(receiver, address)) != held.seq:
+            assert seq > taken[-1]
+            taken.append(seq)
+            await asyncio.sleep(0.02)
+        found_after = time.monotonic() - first_receive
+    assert found_after >= receiving.FULL_SCAN_INTERVAL, "a receive scanned from the start early"
+    # The claim is once a second: the next scan is due 1 s after the first receive; 2 s of
+    # margin for a loaded machine, far below the 8 s until nothing is left past the position.
+    assert found_after < 1.0 + 2.0, found_after
+    assert len(taken) < 350
+
+
 async def test_with_nothing_past_its_position_a_receive_scans_from_the_start(
     transport: PostgresTransport,
 ) -> None:
