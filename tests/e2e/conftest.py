@@ -103,6 +103,14 @@ async def deployer(database_dsn: str) -> AsyncIterator[Deployer]:
 
 
 @pytest.fixture
+async def with_handled(transport: PostgresTransport) -> PostgresTransport:
+    """The test's database with the table ``handled (key text)`` that the handlers of
+    ``tests/support/hardening_endpoints.py`` and ``waking_endpoints.py`` write to."""
+    await transport.pool.execute("CREATE TABLE handled (key text)")
+    return transport
+
+
+@pytest.fixture
 async def sender(database_dsn: str) -> AsyncIterator[Sender]:
     """Sends from outside any endpoint, as a script or web application would."""
     async with Sender("e2e-driver", TransportSettings(dsn=database_dsn)) as sender:

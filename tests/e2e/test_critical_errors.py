@@ -23,9 +23,8 @@ TRIGGER_SECONDS = 2.0
 
 
 @pytest.fixture
-async def db(transport: PostgresTransport) -> PostgresTransport:
-    await transport.pool.execute("CREATE TABLE handled (key text)")
-    return transport
+def db(with_handled: PostgresTransport) -> PostgresTransport:
+    return with_handled
 
 
 async def test_the_processing_breaker_arms_triggers_and_disarms(

@@ -20,9 +20,8 @@ LONG_PEEK_DELAY = 60.0
 
 
 @pytest.fixture
-async def db(transport: PostgresTransport) -> PostgresTransport:
-    await transport.pool.execute("CREATE TABLE handled (key text)")
-    return transport
+def db(with_handled: PostgresTransport) -> PostgresTransport:
+    return with_handled
 
 
 async def _handled(db: PostgresTransport, key: str) -> bool:
