@@ -134,6 +134,20 @@ async def send_batch(
     return [o.message_id for o in outgoing]
 
 
+async def queue_exists(dsn: str, queue: str) -> bool:
+    """Whether ``public.<queue>`` exists yet (a deployment started elsewhere creates it);
+    ``False`` also while the database refuses connections."""
+    try:
+        connection = await asyncpg.connect(dsn)
+    except (OSError, asyncpg.PostgresError):
+        return False
+    try:
+        return bool(await connection.fetchval("SELECT to_regclass($1)",
+                                              QueueAddress.parse(queue).qualified))
+    finally:
+        await connection.close()
+
+
 async def count(pool: asyncpg.Pool, sql: str, *args: Any) -> int:
     value: int = await pool.fetchval(sql, *args)
     return value

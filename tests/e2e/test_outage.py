@@ -26,7 +26,14 @@ from endpoint_runtime.cli.common import EXIT_OK
 from endpoint_runtime.embedded import with_database
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport import PostgresTransport
-from tests.e2e.conftest import Deployer, count, fresh_status, wait_for, wait_for_status
+from tests.e2e.conftest import (
+    Deployer,
+    count,
+    fresh_status,
+    queue_exists,
+    wait_for,
+    wait_for_status,
+)
 from tests.support.cli import quiet_logging, run_cli
 from tests.support.hardening_endpoints import Work
 
@@ -169,7 +176,7 @@ def test_run_exits_non_zero_with_the_critical_error_logged_last_in_stop_mode(
 
     def outage_once_running() -> None:
         async def go() -> None:
-            await wait_for(lambda: _queue_exists(database_dsn), timeout=60,
+            await wait_for(lambda: queue_exists(database_dsn, "outage_stop"), timeout=60,
                            what="the deployment to create its queue")
             await _send(database_dsn, "before", "outage_stop")
             await wait_for(lambda: _handled(database_dsn, "before"), timeout=60,
@@ -191,14 +198,3 @@ def test_run_exits_non_zero_with_the_critical_error_logged_last_in_stop_mode(
     last = logs[-1]
     assert last["log_level"] == "critical", [(e["event"], e.get("error")) for e in logs]
     assert "circuit breaker" in last["error"], last
-
-
-async def _queue_exists(dsn: str) -> bool:
-    try:
-        connection = await asyncpg.connect(dsn)
-    except (OSError, asyncpg.PostgresError):
-        return False
-    try:
-        return bool(await connection.fetchval("SELECT to_regclass('public.outage_stop')"))
-    finally:
-        await connection.close()

@@ -84,3 +84,22 @@ async def _fail_slowly(message: Flaky, context: HandlerContext) -> None:
     finally:
         _running.discard(run)
     raise RuntimeError("always fails: the endpoint stays throttled")
+
+
+# -- endpoint-runtime run -------------------------------------------------------------------
+
+
+class Nap(msgspec.Struct):
+    key: str
+    seconds: float
+
+
+async def _nap(message: Nap, context: HandlerContext) -> None:
+    # In the database, so a test sees the handler in flight in pg_stat_activity.
+    await context.connection.execute("SELECT pg_sleep($1)", message.seconds)
+    await context.connection.execute("INSERT INTO handled (key) VALUES ($1)", message.key)
+
+
+# A graceful stop waits up to two minutes for a handler in flight.
+napping = Endpoint("napping", max_concurrency=2, slots_per_receiver=2, stop_timeout=120)
+napping.register(_nap)
