@@ -6,6 +6,7 @@ the pipeline at the start of each message, so every log line of a handler carrie
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 import os
@@ -41,6 +42,23 @@ def merge_message_context(
     return event_dict
 
 
+class StderrLogger:
+    """Writes each line to the ``sys.stderr`` of the moment (not the one at configuration:
+    a test runner or a daemon may replace or close it), and never fails: a log line that
+    cannot be written is dropped rather than failing the message being processed."""
+
+    def msg(self, message: str) -> None:
+        with contextlib.suppress(ValueError, OSError):  # closed or broken stream
+            print(message, file=sys.stderr, flush=True)
+
+    log = debug = info = warn = warning = error = err = critical = fatal = exception = msg
+    failure = msg
+
+
+def _stderr_logger(*args: Any) -> StderrLogger:
+    return StderrLogger()
+
+
 def configure_logging(level: str | None = None, *, json: bool | None = None) -> None:
     """Configure structlog once per process (drivers and Ray actors alike).
 
@@ -69,7 +87,7 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping().get(level_name, logging.INFO)
         ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=True,
     )
     _configured = True
