@@ -54,6 +54,11 @@ outbox_business = Endpoint("bench_outbox", transaction_mode="receive_only")
 outbox_business.enable_outbox()
 outbox_business.register(record_and_echo)
 
+# The outbox with every commit synchronous, as atomic mode's: the equal-durability comparison.
+outbox_sync_business = Endpoint("bench_outbox_sync", transaction_mode="receive_only")
+outbox_sync_business.enable_outbox(synchronous_acks=True)
+outbox_sync_business.register(record_and_echo)
+
 
 class Timed(msgspec.Struct):
     """A message that knows when it should be handled (epoch seconds)."""

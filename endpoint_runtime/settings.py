@@ -231,6 +231,11 @@ class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
         acks_per_commit: handled messages whose receive transactions commit as one (see
             ``transactions.ack_group``; 1: each commits alone). A failure rolls back the acks
             of the others, and those messages come again only to be dispatched.
+        synchronous_acks: the receive transactions (acks) and the dispatches wait for their
+            WAL flush like the business transaction (default: they commit asynchronously; a
+            crash may lose the last ones, and their messages come again, find their records
+            and are dispatched and acked then). For measuring, or a server that must never
+            redeliver after a crash.
     """
 
     pessimistic: bool = False
@@ -241,6 +246,7 @@ class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     cleanup_batch_size: int = 4_000
     cleanup_enabled: bool = True
     acks_per_commit: int = 8
+    synchronous_acks: bool = False
 
     def __post_init__(self) -> None:
         if self.isolation not in ("read_committed", "repeatable_read", "serializable"):

@@ -118,7 +118,8 @@ class OutboxStrategy:
         connection, stays synchronous. RESET when the slot returns the connection to the
         pool."""
         if not connection.is_in_transaction():
-            await connection.execute("SET synchronous_commit = off")
+            if not self._settings.synchronous_acks:
+                await connection.execute("SET synchronous_commit = off")
             await self._business_connection(connection)
 
     async def receive_round(self, connection: asyncpg.Connection) -> Round:
@@ -315,8 +316,10 @@ class OutboxStrategy:
             raise QueueNotFoundError(str(destination)) from exc
         if name is None:
             return None
+        asynchronous = ("" if self._settings.synchronous_acks
+                        else "SET LOCAL synchronous_commit = off; ")
         return (
-            "BEGIN; SET LOCAL synchronous_commit = off; "
+            f"BEGIN; {asynchronous}"
             f"SET LOCAL lock_timeout = '{DISPATCH_LOCK_TIMEOUT}'; "
             f"EXECUTE {name}({text_literal(message_id)}, "
             f"{_array(text_literal(str(i)) for i in ids)}::uuid[], "

@@ -17,7 +17,7 @@ from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.outbox import OutboxStrategy
 from endpoint_runtime.transactions.single import end_carried_transaction
 from endpoint_runtime.transport import PostgresTransport, quote_identifier
-from tests.support.outbox_endpoints import HELD_INVOICE_LOCK, PayInvoice
+from tests.support.outbox_endpoints import HELD_INVOICE_LOCK, PayInvoice, make
 from tests.support.outbox_endpoints import optimistic as optimistic_endpoint
 from tests.support.outbox_endpoints import pessimistic as pessimistic_endpoint
 
@@ -322,3 +322,18 @@ async def test_only_the_receive_transaction_commits_without_waiting_for_the_flus
         assert await connection.fetchval("SHOW synchronous_commit") == "off"
         assert await business.fetchval("SHOW synchronous_commit") == "on"
         await strategy.slot_ended(connection)
+
+
+async def test_synchronous_acks_make_the_receive_transaction_wait_for_the_flush(
+    transport: PostgresTransport,
+) -> None:
+    """OutboxSettings(synchronous_acks=True): the receive transaction keeps the server's
+    synchronous_commit, as the business transaction does."""
+    endpoint = make("payments", synchronous_acks=True)
+    strategy = await prepare(transport, endpoint)
+    await send_duplicates(transport, "payments", 1)
+    async with transport.pool.acquire() as connection:
+        assert (await strategy.receive_round(connection)).handled == 1
+        assert await connection.fetchval("SHOW synchronous_commit") == "on"
+        await strategy.slot_ended(connection)
+    assert await counts(transport) == (1, 1, 1)

@@ -24,10 +24,10 @@ class PaymentReminder(msgspec.Struct):
 HELD_INVOICE_LOCK = 4343
 
 
-def make(name: str, *, pessimistic: bool = False) -> Endpoint:
+def make(name: str, *, pessimistic: bool = False, synchronous_acks: bool = False) -> Endpoint:
     endpoint = Endpoint(name, transaction_mode=TransactionMode.RECEIVE_ONLY, immediate_retries=0,
                         delayed_retries=0)
-    endpoint.enable_outbox(pessimistic=pessimistic)
+    endpoint.enable_outbox(pessimistic=pessimistic, synchronous_acks=synchronous_acks)
 
     @endpoint.handler
     async def pay(message: PayInvoice, context: HandlerContext) -> None:
