@@ -10,6 +10,7 @@ from pyspark.sql import SparkSession
 
 from endpoint_runtime.analytics import prerequisites, session
 from endpoint_runtime.analytics.jdbc import jdbc_target
+from tests.support.cli import quiet_logging
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +21,11 @@ def spark(server_dsn: str) -> Iterator[SparkSession]:
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     yield spark
     spark.stop()
+
+
+@pytest.fixture(autouse=True)
+def _process_logging_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report tests call the command line's ``main``, which configures logging once per
+    process (warnings only for commands other than ``run``): later tests of the session
+    would no longer see info lines. As in the other command-line tests, leave it alone."""
+    quiet_logging(monkeypatch)
