@@ -24,14 +24,13 @@ from typing import Any
 
 import pytest
 import ray
-import structlog
 
 from endpoint_runtime import TransportSettings
 from endpoint_runtime.cli.common import EXIT_INTERRUPTED, EXIT_OK
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport import PostgresTransport
 from tests.e2e.conftest import count, queue_exists, wait_for
-from tests.support.cli import quiet_logging, run_cli
+from tests.support.cli import quiet_logging, run_cli, run_logs
 from tests.support.waking_endpoints import Nap
 
 pytestmark = pytest.mark.ray
@@ -108,7 +107,7 @@ def test_a_signal_stops_run_gracefully_with_status_0_and_status_lines(
             os.kill(os.getpid(), signal.SIGINT)  # ends `run`; the failure is raised below
 
     driver = threading.Thread(target=drive, daemon=True)
-    with structlog.testing.capture_logs() as logs:
+    with run_logs(monkeypatch) as logs:
         driver.start()
         outcome = run_cli(capsys, "run", ENDPOINT, "--status-interval", "0.3")
     driver.join(timeout=30)

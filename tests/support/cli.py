@@ -8,11 +8,15 @@ of the commands; ``quiet_logging`` keeps the test session's own logging configur
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
-from typing import NamedTuple
+from collections.abc import Iterator, MutableMapping
+from typing import Any, NamedTuple
 
 import msgspec
 import pytest
+import structlog
 
 import endpoint_runtime.cli
 from endpoint_runtime.cli import main
@@ -39,6 +43,27 @@ class Outcome(NamedTuple):
 
 def quiet_logging(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(endpoint_runtime.cli, "configure_logging", lambda level: None)
+
+
+@contextlib.contextmanager
+def run_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[MutableMapping[str, Any]]]:
+    """Every event ``run`` logs, info level included, whatever an earlier test left behind.
+
+    Logging is configured with ``cache_logger_on_first_use``: the module's logger keeps the
+    level filter and processors of the configuration it was first used under (a command of an
+    earlier test configures warnings only), so ``capture_logs`` alone may see nothing. Here
+    the level filter is lifted and ``run`` gets a fresh logger for the duration.
+    """
+    import endpoint_runtime.cli.run as run_module
+
+    saved = structlog.get_config()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            monkeypatch.setattr(run_module, "log", structlog.get_logger("endpoint_runtime.cli"))
+            yield logs
+    finally:
+        structlog.configure(**saved)
 
 
 # A line Ray forwards from a worker process: "(Peeker pid=42) ...", maybe coloured. Actors
