@@ -25,6 +25,10 @@ RAY_BIN=$(pwd)/.venv/bin
 MESSAGES=${LAUNCHER_MESSAGES:-600}
 
 say() { echo "launcher: $*" >&2; }
+# The invoking user (behind sudo, or root itself); runuser ships with util-linux, sudo may not.
+as_invoker() {
+  if [ "$INVOKER" = "$(id -un)" ]; then "$@"; else runuser -u "$INVOKER" -- "$@"; fi
+}
 
 skip_reason() {
   if [ "$(id -u)" != 0 ]; then echo "not root (installing and starting sshd needs root)"; return; fi
@@ -86,8 +90,7 @@ EOF
   # Token authentication: every node gets this file (file_mounts). Never replace an
   # existing token: Ray clusters already running on this machine use it.
   if [ ! -f "$INVOKER_HOME/.ray/auth_token" ]; then
-    sudo -u "$INVOKER" env RAY_AUTH_MODE=token "$RAY_BIN/ray" get-auth-token --generate \
-      >/dev/null
+    as_invoker env RAY_AUTH_MODE=token "$RAY_BIN/ray" get-auth-token --generate >/dev/null
   fi
   for host in 127.0.0.1 127.0.0.2 127.0.0.3; do
     ssh -i "$KEY" -o BatchMode=yes -o StrictHostKeyChecking=no \
@@ -123,7 +126,12 @@ run_test() {
     echo "SKIPPED: launcher test (ray up / ray submit / ray down): $reason"
     return 0
   fi
-  others=$(pgrep -af 'raylet|gcs_server' || true)
+  # A test session's local Ray takes a few seconds to end after its last test: wait for it.
+  for _ in $(seq 60); do
+    others=$(pgrep -af 'raylet|gcs_server' || true)
+    [ -z "$others" ] && break
+    sleep 1
+  done
   if [ -n "$others" ]; then
     say "refusing: Ray runs on this machine and ray up/down could stop it:"
     echo "$others" | cut -c1-160 >&2
