@@ -20,17 +20,17 @@ from typing import Any
 import msgspec
 import structlog
 
+from endpoint_runtime import installation
 from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.peeker import DeploymentConfig, DeploymentStatus, PeekerActor
 from endpoint_runtime.connection_budget import check_connection_budget
 from endpoint_runtime.embedded import RedactedDsn, resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import subscribe_to_handled_types, subscription_store
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import PostgresTransport
 
 log = structlog.get_logger("endpoint_runtime.deployment")
 
@@ -58,7 +58,9 @@ class EndpointDeployment:
         peeker_resources: dict[str, float] | None = None,
         **overrides: Any,
     ) -> EndpointDeployment:
-        """Create the endpoint's queues, then start its peeker (which starts receivers).
+        """Create the endpoint's queues and tables (or, without installers, check that they
+        exist: see :mod:`endpoint_runtime.installation`), then start its peeker (which starts
+        receivers).
 
         ``endpoint`` is an Endpoint defined at module level, or its ``module:attribute`` path.
         Setting overrides (e.g. ``max_concurrency=4``) apply to this deployment only.
@@ -90,22 +92,12 @@ class EndpointDeployment:
         async with PostgresTransport.connect(transport_settings) as transport:
             async with transport.pool.acquire() as connection:  # before anything is created
                 await check_connection_budget(connection, settings, endpoint=endpoint.name)
-            await transport.create_queue(endpoint.address)
-            await transport.create_queue(
-                QueueAddress.parse(settings.error_queue, transport_settings.schema)
-            )
-            async with transport.pool.acquire() as connection:
-                if endpoint.delayed_store is not None and settings.delayed_delivery.enabled:
-                    await endpoint.delayed_store.setup_infrastructure(connection)
-                if settings.outbox is not None:
-                    await OutboxStorage.for_settings(endpoint.address, settings).setup(connection)
-                if settings.auto_subscribe:
+            await installation.prepare(transport, endpoint, settings)
+            if settings.auto_subscribe:
+                async with transport.pool.acquire() as connection:
                     await subscribe_to_handled_types(
                         connection, subscription_store(transport_settings), endpoint.name,
-                        endpoint.address, endpoint.registry.handled_types)
-            if settings.audit_queue:
-                await transport.create_queue(
-                    QueueAddress.parse(settings.audit_queue, transport_settings.schema))
+                        endpoint.address, endpoint.registry.handled_types, install=False)
         config = DeploymentConfig(
             endpoint_path=path,
             endpoint_name=endpoint.name,

@@ -60,6 +60,9 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         pool_max_size: connections per process-level pool.
         subscription_table: publish/subscribe's table (``[schema.]name``, NServiceBus layout).
         subscription_cache_seconds: how long a process reuses a subscriber list (0: never).
+        installers: a deployment creates its missing queues and tables at start; ``False``:
+            it runs no DDL and only checks that they exist (a role without DDL rights, see
+            docs/security.md and :mod:`endpoint_runtime.installation`).
     """
 
     dsn: str | None = None
@@ -73,6 +76,7 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     pool_max_size: int = 10
     subscription_table: str = "SubscriptionRouting"
     subscription_cache_seconds: float = 5.0
+    installers: bool = True
 
     def __post_init__(self) -> None:
         if self.subscription_cache_seconds < 0:

@@ -133,10 +133,12 @@ def subscription_store(settings: TransportSettings) -> SubscriptionStore:
 
 async def subscribe_to_handled_types(
     connection: asyncpg.Connection, store: SubscriptionStore, endpoint: str,
-    queue: QueueAddress, message_types: Iterable[type[msgspec.Struct]],
+    queue: QueueAddress, message_types: Iterable[type[msgspec.Struct]], *, install: bool = True,
 ) -> None:
     """Auto-subscribe (at the start of a deployment): one subscription per handled type, on
-    the type's own topic, so that events of it and of types derived from it arrive."""
-    await store.setup(connection)
+    the type's own topic, so that events of it and of types derived from it arrive.
+    ``install=False``: the table exists already (no DDL; see ``endpoint_runtime.installation``)."""
+    if install:
+        await store.setup(connection)
     for message_type in message_types:
         await store.subscribe(connection, queue, endpoint, topics_of(message_type)[0])

@@ -1,0 +1,112 @@
+"""The tables an endpoint uses, and its installers (NServiceBus's name for them).
+
+With ``TransportSettings.installers`` (the default) a deployment creates what is missing at
+start: its queue, the error and audit queues, its delayed-message store, its outbox and the
+subscription table. With ``installers=False`` it runs no DDL at all and only checks that they
+exist, so an endpoint can run under a role that may create nothing (docs/security.md);
+:mod:`endpoint_runtime.privileges` writes the grants such a role needs.
+
+Example::
+
+    tables = EndpointTables.of(endpoint, endpoint.settings)
+    async with PostgresTransport.connect(endpoint.settings.transport) as transport:
+        await install(transport, endpoint, endpoint.settings)  # as a role that may create
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import asyncpg
+import msgspec
+
+from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.outbox import OutboxStorage
+from endpoint_runtime.settings import EndpointSettings
+from endpoint_runtime.subscriptions import subscription_store
+from endpoint_runtime.transport import PostgresTransport, QueueAddress
+
+if TYPE_CHECKING:
+    from endpoint_runtime.endpoint import Endpoint
+
+
+class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
+    """Every table a deployment of one endpoint reads or writes, whatever its handlers do.
+
+    ``delayed`` is ``None`` for a send-only endpoint, with delayed delivery off, or with a
+    delayed-message store that is not a table of this database; ``outbox`` without the
+    outbox; ``subscriptions`` without ``auto_subscribe``.
+    """
+
+    queue: QueueAddress
+    error_queue: QueueAddress
+    audit_queue: QueueAddress | None = None
+    delayed: QueueAddress | None = None
+    outbox: QueueAddress | None = None
+    subscriptions: QueueAddress | None = None
+
+    @classmethod
+    def of(cls, endpoint: Endpoint, settings: EndpointSettings) -> EndpointTables:
+        schema = settings.transport.schema
+        delayed = None
+        if endpoint.delayed_store is not None and settings.delayed_delivery.enabled:
+            delayed = getattr(endpoint.delayed_store, "table", None)
+        return cls(
+            queue=endpoint.address,
+            error_queue=QueueAddress.parse(settings.error_queue, schema),
+            audit_queue=(QueueAddress.parse(settings.audit_queue, schema)
+                         if settings.audit_queue else None),
+            delayed=delayed if isinstance(delayed, QueueAddress) else None,
+            outbox=(OutboxStorage.for_settings(endpoint.address, settings).table
+                    if settings.outbox is not None else None),
+            subscriptions=(subscription_store(settings.transport).table
+                           if settings.auto_subscribe else None),
+        )
+
+    def named(self) -> list[tuple[str, QueueAddress]]:
+        """``(what, table)`` for each table in use, in the order above."""
+        return [(name, table) for name in self.__struct_fields__
+                if isinstance(table := getattr(self, name), QueueAddress)]
+
+
+async def install(transport: PostgresTransport, endpoint: Endpoint,
+                  settings: EndpointSettings) -> None:
+    """Create every table of ``EndpointTables.of(endpoint, settings)`` that is missing
+    (idempotent and safe to run from several processes at once)."""
+    tables = EndpointTables.of(endpoint, settings)
+    for queue in (tables.queue, tables.error_queue, tables.audit_queue):
+        if queue is not None:
+            await transport.create_queue(queue)
+    async with transport.pool.acquire() as connection:
+        if endpoint.delayed_store is not None and settings.delayed_delivery.enabled:
+            await endpoint.delayed_store.setup_infrastructure(connection)
+        if settings.outbox is not None:
+            await OutboxStorage.for_settings(endpoint.address, settings).setup(connection)
+        if settings.auto_subscribe:
+            await subscription_store(settings.transport).setup(connection)
+
+
+async def check_installed(connection: asyncpg.Connection, tables: EndpointTables,
+                          endpoint: str) -> None:
+    """Fail with a :class:`ConfigurationError` naming every table of ``tables`` that does
+    not exist (the check of a deployment without installers; it runs no DDL)."""
+    missing = [
+        f"{what} {table}" for what, table in tables.named()
+        if await connection.fetchval("SELECT to_regclass($1) IS NULL", table.qualified)
+    ]
+    if missing:
+        raise ConfigurationError(
+            f"endpoint {endpoint!r} runs without installers (installers=False) but these "
+            f"tables do not exist: {', '.join(missing)}; create them once as a role that may "
+            f"(endpoint-runtime db install <module:endpoint>), or run with installers"
+        )
+
+
+async def prepare(transport: PostgresTransport, endpoint: Endpoint,
+                  settings: EndpointSettings) -> None:
+    """At the start of a deployment: install, or check that everything is installed."""
+    if settings.transport.installers:
+        await install(transport, endpoint, settings)
+        return
+    async with transport.pool.acquire() as connection:
+        await check_installed(connection, EndpointTables.of(endpoint, settings), endpoint.name)
