@@ -1,4 +1,5 @@
-"""``endpoint-runtime db stop``: stop the embedded PostgreSQL (it outlives each run)."""
+"""``endpoint-runtime db stop``: stop the embedded PostgreSQL (it outlives each run); ``db install``
+and ``db grants`` are in :mod:`endpoint_runtime.cli.installation`."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import asyncio
 import os
 
+from endpoint_runtime.cli import installation
 from endpoint_runtime.cli.common import EXIT_OK
 from endpoint_runtime.errors import EndpointRuntimeError
 from endpoint_runtime.settings import TransportSettings
@@ -21,6 +23,7 @@ def add_parser(
         "stop", parents=[common], help="stop the embedded server (it outlives each run)"
     )
     stop.set_defaults(handler=db_stop)
+    installation.add_parsers(db_commands, common)
 
 
 async def db_stop(args: argparse.Namespace, settings: TransportSettings) -> int:
