@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import math
 import os
 import tomllib
 import typing
@@ -79,6 +80,7 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     installers: bool = True
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.subscription_cache_seconds < 0:
             raise ConfigurationError("subscription_cache_seconds cannot be negative")
         if self.peek_delay < MIN_PEEK_DELAY:
@@ -212,6 +214,7 @@ class DelayedDeliverySettings(msgspec.Struct, frozen=True, kw_only=True,
     max_backoff: float = 60.0
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.batch_size < 1:
             raise ConfigurationError("delayed delivery batch_size must be at least 1")
         if self.number_of_retries < 0:
@@ -253,6 +256,7 @@ class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
     synchronous_acks: bool = False
 
     def __post_init__(self) -> None:
+        check_finite(self)
         if self.isolation not in ("read_committed", "repeatable_read", "serializable"):
             raise ConfigurationError(
                 "outbox isolation must be read_committed, repeatable_read or serializable"
@@ -336,6 +340,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     transport: TransportSettings = msgspec.field(default_factory=TransportSettings)
 
     def __post_init__(self) -> None:
+        check_finite(self)
         try:
             mode = TransactionMode(self.transaction_mode)
         except ValueError:
@@ -401,6 +406,15 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         return -(-self.max_concurrency // self.slots_per_receiver)
 
 
+def check_finite(settings: msgspec.Struct) -> None:
+    """Fail on a number setting that is NaN or infinite: NaN passes every range check, and an
+    infinite duration overflows what is computed from it."""
+    for name in settings.__struct_fields__:
+        value = getattr(settings, name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigurationError(f"{name} must be a finite number (got {value})")
+
+
 def check_names(settings_type: type[msgspec.Struct], values: Mapping[str, Any],
                 where: str = "") -> None:
     """Fail on a setting name ``settings_type`` does not have, naming the closest valid one
@@ -420,9 +434,18 @@ def check_names(settings_type: type[msgspec.Struct], values: Mapping[str, Any],
 
 def replace(settings: S, **changes: Any) -> S:
     """A copy of ``settings`` with ``changes``, validated like settings loaded from a file:
-    unknown names fail with the closest valid one, invariants are checked."""
+    unknown names fail with the closest valid one, values take their field's type (``"8"``
+    becomes 8) or fail, invariants are checked."""
     check_names(type(settings), changes)
-    changed = msgspec.structs.replace(settings, **changes)
+    types = {field.name: field.type for field in msgspec.structs.fields(settings)}
+    converted = {}
+    for name, value in changes.items():
+        try:
+            converted[name] = msgspec.convert(value, types[name], strict=False)
+        except msgspec.ValidationError as exc:
+            raise ConfigurationError(
+                f"invalid {type(settings).__name__} setting {name!r}: {exc}") from exc
+    changed = msgspec.structs.replace(settings, **converted)
     post_init = getattr(changed, "__post_init__", None)
     if post_init is not None:
         post_init()
