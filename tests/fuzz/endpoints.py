@@ -36,7 +36,7 @@ async def handle(message: Fuzzed, context: HandlerContext) -> None:
     if message.n % 2:
         await context.reply(Echo(message.n, message.text))
     else:
-        await context.send(SINK, Echo(message.n, message.text))
+        await context.send(Echo(message.n, message.text), SINK)
     await context.connection.execute(
         f"INSERT INTO {HANDLED_TABLE} (endpoint, n) VALUES ($1, $2)", context.endpoint,
         message.n)
