@@ -1,0 +1,177 @@
+"""What acts on the deployment during a mode's run: the send stream, the supervisor that
+recreates a lost peeker (as ``endpoint-runtime run`` does), and the fault injectors.
+
+Every fault injector acts only on what the run started: receivers and the peeker are Ray
+workers of the run's own cluster (killed by PID), the backends are those of the run's own
+database (its own connections spared), the server is the run's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import time
+import uuid
+from collections.abc import Callable
+
+import msgspec
+import psutil
+
+from benchmarks.chaos.ledger import (
+    DRIVER_APPLICATION,
+    TRANSIENT_ERRORS,
+    Item,
+    LedgeredSender,
+    connect,
+    poison_item,
+)
+from benchmarks.chaos.schedule import Fault, FaultKind, PoisonKind
+from benchmarks.chaos.server import ChaosServer
+from benchmarks.common import progress
+from endpoint_runtime.deployment import EndpointDeployment
+from tests.cluster.nodes import LocalCluster
+
+SEND_BATCH = 500
+STREAM_TICK = 0.1
+SUPERVISE_EVERY = 0.5
+
+
+class FaultRecord(msgspec.Struct, frozen=True):
+    """One injected fault: when (epoch seconds), what, and what it hit."""
+
+    kind: str
+    at: float
+    detail: str
+    injected: bool = True
+    """False when there was nothing to hit (no receiver running at that moment)."""
+
+
+async def send_backlog(sender: LedgeredSender, items: list[Item]) -> None:
+    for start in range(0, len(items), SEND_BATCH):
+        await sender.send(items[start:start + SEND_BATCH])
+
+
+async def send_stream(sender: LedgeredSender, items: list[Item], duration: float) -> None:
+    """Send ``items`` evenly over ``duration`` seconds: every tick, whatever is due by then
+    (a send held up by an outage catches up after it, as a real sender's backlog would)."""
+    started = time.monotonic()
+    done = 0
+    while done < len(items):
+        due = min(len(items), int(len(items) * (time.monotonic() - started) / duration) + 1)
+        if due > done:
+            await sender.send(items[done:due])
+            done = due
+        await asyncio.sleep(STREAM_TICK)
+
+
+async def supervise(deployment: EndpointDeployment, stop: asyncio.Event,
+                    on_status: Callable[[int], None]) -> None:
+    """Ask for the status every half second; a lost peeker is recreated (with receivers)."""
+    while not stop.is_set():
+        status = await deployment.supervised_status(attempts=10, pause=1.0)
+        on_status(status.in_flight)
+        await asyncio.sleep(SUPERVISE_EVERY)
+
+
+class FaultInjector:
+    """Applies a :func:`~benchmarks.chaos.schedule.fault_schedule` to one deployment."""
+
+    def __init__(self, *, rng: random.Random, cluster: LocalCluster, server: ChaosServer,
+                 dsn: str, deployment: EndpointDeployment, sender: LedgeredSender,
+                 poison_per_kind: int) -> None:
+        self.rng = rng
+        self.cluster = cluster
+        self.server = server
+        self.dsn = dsn
+        self.deployment = deployment
+        self.sender = sender
+        self.poison_per_kind = poison_per_kind
+        self.records: list[FaultRecord] = []
+        self.poison: list[uuid.UUID] = []
+
+    async def run(self, schedule: list[Fault]) -> None:
+        started = time.monotonic()
+        actions = {
+            FaultKind.KILL_RECEIVER: self.kill_receiver,
+            FaultKind.KILL_PEEKER: self.kill_peeker,
+            FaultKind.TERMINATE_BACKENDS: self.terminate_backends,
+            FaultKind.RESTART_POSTGRES: self.restart_postgres,
+            FaultKind.POISON_BURST: self.poison_burst,
+        }
+        for fault in schedule:
+            await asyncio.sleep(max(0.0, fault.at - (time.monotonic() - started)))
+            at = time.time()
+            detail, injected = await actions[fault.kind]()
+            self.records.append(FaultRecord(fault.kind.value, at, detail, injected))
+            progress(f"chaos: {fault.kind.value} at +{fault.at:.1f} s: {detail}")
+
+    async def kill_receiver(self) -> tuple[str, bool]:
+        try:
+            pids = await asyncio.wait_for(self.deployment.receiver_pids(), 10)
+        except Exception as exc:  # the peeker itself may be down (killed, being recreated)
+            return f"no receiver list ({type(exc).__name__})", False
+        if not pids:
+            return "no receiver running", False
+        pid = self.rng.choice(sorted(pids))
+        return _kill(pid, "receiver")
+
+    async def kill_peeker(self) -> tuple[str, bool]:
+        pids = await asyncio.to_thread(self._peeker_pids)
+        if not pids:
+            return "no peeker process found", False
+        return _kill(pids[0], "peeker")
+
+    def _peeker_pids(self) -> list[int]:
+        found = []
+        for process in self.cluster.processes():
+            try:
+                if " ".join(process.cmdline()).startswith("ray::Peeker"):
+                    found.append(process.pid)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        return found
+
+    async def terminate_backends(self) -> tuple[str, bool]:
+        """Terminate a random half (at least one) of the runtime's backends."""
+        connection = await connect(self.dsn)
+        try:
+            pids = sorted(await connection.fetchval(
+                "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                "AND backend_type = 'client backend' AND application_name <> $1",
+                DRIVER_APPLICATION))
+            chosen = self.rng.sample(pids, max(1, len(pids) // 2)) if pids else []
+            ended = await connection.fetchval(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
+                "FROM unnest($1::int[]) AS chosen(pid)", chosen)
+        finally:
+            await connection.close()
+        return f"{ended} of {len(pids)} runtime backends terminated", bool(ended)
+
+    async def restart_postgres(self) -> tuple[str, bool]:
+        started = time.monotonic()
+        await asyncio.to_thread(self.server.restart)
+        return f"server stopped (fast) and started in {time.monotonic() - started:.1f} s", True
+
+    async def poison_burst(self) -> tuple[str, bool]:
+        ids = [uuid.UUID(int=self.rng.getrandbits(128), version=4)
+               for _ in range(self.poison_per_kind * len(PoisonKind))]
+        items = [poison_item(message_id, kind)
+                 for message_id, kind in zip(ids, list(PoisonKind) * self.poison_per_kind,
+                                             strict=True)]
+        try:
+            await self.sender.send(items)
+        except TRANSIENT_ERRORS as exc:
+            return f"poison burst not sent: {exc}", False
+        self.poison.extend(ids)
+        return f"{len(items)} poison rows ({self.poison_per_kind} of each kind)", True
+
+
+def _kill(pid: int, what: str) -> tuple[str, bool]:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return f"{what} {pid} already gone", False
+    return f"{what} {pid} killed (SIGKILL)", True

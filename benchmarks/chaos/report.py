@@ -1,0 +1,188 @@
+"""One mode's run (deploy, backlog, stream with faults, drain, account) and the whole run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import os
+import random
+import time
+from typing import Any
+
+import msgspec
+
+from benchmarks.chaos import checks
+from benchmarks.chaos.drivers import FaultInjector, send_backlog, send_stream, supervise
+from benchmarks.chaos.endpoints import ERROR_QUEUE, SINK, endpoint_path
+from benchmarks.chaos.ledger import SCHEMA, TRANSIENT_ERRORS, LedgeredSender, connect, work_item
+from benchmarks.chaos.schedule import fates, fault_schedule, message_ids
+from benchmarks.chaos.server import ChaosServer
+from benchmarks.common import progress
+from endpoint_runtime import TransportSettings
+from endpoint_runtime.actors.cluster import ensure_ray
+from endpoint_runtime.deployment import EndpointDeployment
+from endpoint_runtime.embedded import with_database
+from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from tests.cluster.nodes import LocalCluster, free_port
+
+DATABASE = "chaos"
+PEEK_DELAY = 0.5
+QUIET_CHECKS = 3
+"""Drain checks in a row (a second apart) that must find nothing queued, delayed or in flight."""
+
+
+class Run(msgspec.Struct, kw_only=True):
+    """What every mode's run shares."""
+
+    args: argparse.Namespace
+    cluster: LocalCluster
+    server: ChaosServer
+    dsn: str
+
+
+async def run_all(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the run's PostgreSQL and Ray cluster, run each mode, stop both, report."""
+    server = await asyncio.to_thread(ChaosServer.create, free_port())
+    workers = [{f"node_{n}": 1000.0} for n in range(1, args.nodes)]
+    cluster = LocalCluster(workers=workers, cpus_per_node=2)
+    cluster.environment["ENDPOINT_RUNTIME_LOG_LEVEL"] = args.runtime_log_level
+    try:
+        progress(f"chaos: PostgreSQL on port {server.port}; starting {args.nodes} Ray nodes")
+        await asyncio.to_thread(cluster.start)
+        os.environ.update(cluster.driver_environment())
+        await asyncio.to_thread(ensure_ray)
+        dsn = await _prepare_database(server.dsn)
+        run = Run(args=args, cluster=cluster, server=server, dsn=dsn)
+        rng = random.Random(args.seed)
+        modes = {mode: await run_mode(run, mode, rng) for mode in args.modes}
+    finally:
+        import ray
+
+        ray.shutdown()
+        await asyncio.to_thread(cluster.shutdown)
+        await asyncio.to_thread(server.destroy)
+    faults: collections.Counter[str] = collections.Counter()
+    for result in modes.values():
+        faults.update(result["faults"])
+    return {
+        "benchmark": "chaos", "messages_per_mode": args.messages, "seed": args.seed,
+        "nodes": args.nodes, "stream_seconds": args.stream_seconds,
+        "kill_interval": args.kill_interval, "modes": modes, "faults": dict(faults),
+        "ok": all(result["ok"] for result in modes.values()),
+    }
+
+
+async def _prepare_database(server_dsn: str) -> str:
+    admin = await connect(server_dsn)
+    try:
+        await admin.execute(f"CREATE DATABASE {DATABASE}")
+    finally:
+        await admin.close()
+    dsn = with_database(server_dsn, DATABASE)
+    async with PostgresTransport.connect(TransportSettings(dsn=dsn)) as transport:
+        await transport.pool.execute(SCHEMA)
+        await transport.create_queue(SINK)
+        await transport.create_queue(ERROR_QUEUE)
+    return dsn
+
+
+async def run_mode(run: Run, mode: str, rng: random.Random) -> dict[str, Any]:
+    """Deploy ``mode``'s endpoint, send the backlog, then the stream with the faults, wait
+    until everything is settled, stop, and account for every message id."""
+    args = run.args
+    progress(f"chaos: {mode}: deploying")
+    deployment = await EndpointDeployment.start(
+        endpoint_path(mode), transport=TransportSettings(dsn=run.dsn, peek_delay=PEEK_DELAY),
+        peeker_resources={"head": 1.0})
+    address = deployment.config.address
+    delayed = QueueAddress(address.table + ".delayed", address.schema)
+    items = [work_item(i, n, fate) for n, (i, fate) in enumerate(
+        zip(message_ids(rng, args.messages), fates(rng, args.messages), strict=True))]
+    backlog = int(len(items) * args.backlog_share)
+    sender = LedgeredSender(run.dsn, mode, address)
+    injector = FaultInjector(
+        rng=rng, cluster=run.cluster, server=run.server, dsn=run.dsn, deployment=deployment,
+        sender=LedgeredSender(run.dsn, mode, address), poison_per_kind=args.poison_per_kind)
+    await send_backlog(sender, items[:backlog])
+    progress(f"chaos: {mode}: {backlog} messages of backlog sent; stream of "
+             f"{len(items) - backlog} over {args.stream_seconds:.0f} s with faults")
+    started = time.time()
+    in_flight = [0]
+    stop = asyncio.Event()
+    supervisor = asyncio.create_task(
+        supervise(deployment, stop, lambda n: in_flight.__setitem__(0, n)))
+    await asyncio.gather(
+        send_stream(sender, items[backlog:], args.stream_seconds),
+        injector.run(fault_schedule(rng, args.stream_seconds,
+                                    kill_interval=args.kill_interval)))
+    progress(f"chaos: {mode}: stream sent; waiting until nothing is queued, delayed or "
+             "in flight")
+    settled = await _settle(run.dsn, address, delayed, in_flight, supervisor,
+                            args.drain_timeout)
+    stop.set()
+    await supervisor
+    final = await deployment.stop()
+    await sender.close()
+    await injector.sender.close()
+    connection = await connect(run.dsn)
+    try:
+        accounts, times = await checks.read_accounts(connection, mode, address, delayed)
+    finally:
+        await connection.close()
+    return _mode_result(accounts, times, injector, started, settled, deployment.restarts,
+                        final.replaced_receivers)
+
+
+async def _settle(dsn: str, queue: QueueAddress, delayed: QueueAddress, in_flight: list[int],
+                  supervisor: asyncio.Task[None], timeout: float) -> bool:  # noqa: ASYNC109
+    """Wait until the queue and the delayed store are empty and nothing is in flight,
+    :data:`QUIET_CHECKS` times in a row; ``False`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while quiet < QUIET_CHECKS:
+        if supervisor.done():
+            supervisor.result()  # the peeker could not be kept running: raise why
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(1.0)
+        with contextlib.suppress(*TRANSIENT_ERRORS):
+            connection = await connect(dsn)
+            try:
+                left = await connection.fetchval(
+                    f"SELECT (SELECT count(*) FROM {queue.qualified}) "
+                    f"+ (SELECT count(*) FROM {delayed.qualified})")
+            finally:
+                await connection.close()
+            quiet = quiet + 1 if left == 0 and in_flight[0] == 0 else 0
+    return True
+
+
+def _mode_result(accounts: checks.Accounts, times: list[float], injector: FaultInjector,
+                 started: float, settled: bool, restarts: int,
+                 replaced: int) -> dict[str, Any]:
+    by_kind: dict[str, list[float]] = collections.defaultdict(list)
+    for record in injector.records:
+        if record.injected:
+            by_kind[record.kind].append(record.at)
+    recovery = {kind: checks.recovery_times(times, at) for kind, at in by_kind.items()}
+    failed = checks.failed_checks(accounts) + ([] if settled else ["settled"])
+    span = (times[-1] - times[0]) if len(times) > 1 else 0.0
+    result = {
+        **msgspec.to_builtins(accounts),
+        "recovery_s": checks.summarize_recovery(recovery),
+        "faults": {kind: len(at) for kind, at in by_kind.items()},
+        "faults_not_injected": [msgspec.to_builtins(r) for r in injector.records
+                                if not r.injected],
+        "handled_per_s": round(len(times) / span, 1) if span else None,
+        "seconds": round(time.time() - started, 1),
+        "peeker_restarts": restarts, "receivers_replaced_by_last_peeker": replaced,
+        "failed_checks": failed, "ok": not failed,
+    }
+    progress(f"chaos: {accounts.mode}: sent {accounts.sent} handled {accounts.handled} "
+             f"error_queue {accounts.error_queue} expired {accounts.expired} discarded "
+             f"{accounts.discarded} lost {accounts.lost} duplicates "
+             f"{accounts.duplicate_effects} ghosts {accounts.ghost_sends}; "
+             f"{'ok' if not failed else 'FAILED: ' + ', '.join(failed)}")
+    return result
