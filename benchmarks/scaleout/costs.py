@@ -21,6 +21,7 @@ of K cores, naming the first limit reached. Run ``python -m benchmarks.scaleout.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -49,11 +50,15 @@ MODES = {"single": ("benchmarks.endpoints:atomic", "bench_atomic"),
 COMMIT_RECORDS = """
 SELECT coalesce(sum(count), 0) FROM pg_get_wal_stats($1::pg_lsn, $2::pg_lsn, true)
 WHERE "resource_manager/record_type" = 'Transaction/COMMIT'"""
-SERVER_COUNTERS = """
-SELECT pg_current_wal_flush_lsn()::text AS lsn,
-       (SELECT wal_sync FROM pg_stat_wal) AS wal_syncs,
+SERVER_STATS = """
+SELECT (SELECT wal_sync FROM pg_stat_wal) AS wal_syncs,
        (SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()) AS commits
 """
+OTHER_BACKENDS = """
+SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND application_name <> $1"""
+PROBE = "er_costs_probe"
+"""The probe's own connections' application_name (they only read)."""
 
 
 @dataclass(frozen=True)
@@ -158,42 +163,46 @@ class CostProbe:
         visible = time.perf_counter()
         cpu_before = receivers_cpu(receivers)
         pg_before = postgres_cpu(self.postmaster) if self.postmaster else {}
-        counters_before = await self.pool.fetchrow(SERVER_COUNTERS)
         done = await wait_for_sink(self.pool, baseline, messages)
         pg_after = postgres_cpu(self.postmaster) if self.postmaster else {}
         cpu_after = receivers_cpu(receivers)
-        counters_after = await self.pool.fetchrow(SERVER_COUNTERS)
+        end_lsn = await self.pool.fetchval("SELECT pg_current_wal_flush_lsn()::text")
         connections = server_connections(receivers, self.port) if self.port else []
         return {
             "msgs_per_s": messages / (done - visible),
             "runtime_cpu_s": cpu_spent(cpu_before, cpu_after),
             "postgres_cpu_s": cpu_spent(pg_before, pg_after) if self.postmaster else -1.0,
             "wal_bytes": float(await self.pool.fetchval(
-                "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)", counters_after["lsn"],
-                start_lsn)),
-            "commits": float(await self.commits(start_lsn, counters_after["lsn"],
-                                                counters_before, counters_after)),
-            "wal_flushes": float(counters_after["wal_syncs"] - counters_before["wal_syncs"]),
+                "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)", end_lsn, start_lsn)),
+            "commits": (float(await self.pool.fetchval(COMMIT_RECORDS, start_lsn, end_lsn))
+                        if self.walinspect else -1.0),
             "receivers": float(len(receivers)),
             "connections_per_receiver": (sum(connections) / len(connections)
                                          if connections else -1.0),
         }
 
-    async def commits(self, start_lsn: str, end_lsn: str, before: asyncpg.Record,
-                      after: asyncpg.Record) -> int:
-        if self.walinspect:
-            count: int = await self.pool.fetchval(COMMIT_RECORDS, start_lsn, end_lsn)
-            return count
-        return int(after["commits"] - before["commits"])
+    async def settled_stats(self) -> dict[str, float]:
+        """``pg_stat_wal`` flushes and the database's commits once every backend but the
+        probe's has ended: a backend reports its counters when idle outside a transaction
+        or when it exits, and the receivers' connections wait inside one between messages."""
+        deadline = time.perf_counter() + 60.0
+        while await self.pool.fetchval(OTHER_BACKENDS, PROBE):
+            if time.perf_counter() > deadline:
+                raise TimeoutError("the deployment's connections are still open after 60 s")
+            await asyncio.sleep(0.1)
+        row = await self.pool.fetchrow(SERVER_STATS)
+        return {"wal_syncs": float(row["wal_syncs"]), "commits": float(row["commits"])}
 
 
-def per_message(runs: list[dict[str, float]], mode: str, messages: int,
-                concurrency: int) -> MessageCosts:
-    """Medians over the runs, divided by the messages of a run."""
+def per_message(runs: list[dict[str, float]], totals: dict[str, float], mode: str,
+                messages: int, concurrency: int) -> MessageCosts:
+    """Medians over the runs, divided by the messages of a run; the flushes (and, without
+    ``pg_walinspect``, the commits) from the mode's totals over all its messages."""
     def each(key: str) -> float:
         return median([run[key] for run in runs]) / messages
 
     connections = median([run["connections_per_receiver"] for run in runs])
+    walinspect = runs[0]["commits"] >= 0
     return MessageCosts(
         mode=mode,
         msgs_per_s=median([run["msgs_per_s"] for run in runs]),
@@ -202,8 +211,8 @@ def per_message(runs: list[dict[str, float]], mode: str, messages: int,
         postgres_cpu_us=(each("postgres_cpu_s") * 1e6
                          if runs[0]["postgres_cpu_s"] >= 0 else None),
         wal_bytes=each("wal_bytes"),
-        commits=each("commits"),
-        wal_flushes=each("wal_flushes"),
+        commits=each("commits") if walinspect else totals["commits"] / totals["messages"],
+        wal_flushes=totals["wal_syncs"] / totals["messages"],
         connections_per_receiver=connections if connections >= 0 else None,
     )
 
@@ -261,10 +270,12 @@ def projection_table(costs: MessageCosts, nodes: list[int], server_cores: list[i
     return rows
 
 
-async def measure_mode(pool: asyncpg.Pool, probe: CostProbe, dsn: str, mode: str,
-                       args: argparse.Namespace) -> list[dict[str, float]]:
+async def measure_mode(probe: CostProbe, dsn: str, mode: str,
+                       args: argparse.Namespace) -> MessageCosts:
+    """A deployment of ``mode``: one uncounted drain, then ``args.rounds`` measured ones."""
     path, queue = MODES[mode]
     overrides = {"batch_size": args.batch_size} if mode == "batched" else {}
+    before = await probe.settled_stats()
     deployment = await deploy(path, dsn, args.concurrency, **overrides)
     try:
         await probe.drain(deployment, QueueAddress(queue), args.warmup)
@@ -275,10 +286,13 @@ async def measure_mode(pool: asyncpg.Pool, probe: CostProbe, dsn: str, mode: str
             progress(f"{mode} {index + 1}/{args.rounds}: {run['msgs_per_s']:.0f} msg/s, "
                      f"runtime {run['runtime_cpu_s']:.2f} s, postgres "
                      f"{run['postgres_cpu_s']:.2f} s CPU, WAL {run['wal_bytes'] / 2**20:.1f}"
-                     f" MB, {run['commits']:.0f} commits, {run['wal_flushes']:.0f} flushes")
-        return runs
+                     f" MB, {run['commits']:.0f} commits")
     finally:
         await deployment.stop()
+    after = await probe.settled_stats()
+    totals = {key: after[key] - before[key] for key in after}
+    totals["messages"] = args.warmup + args.rounds * args.messages
+    return per_message(runs, totals, mode, args.messages, args.concurrency)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -286,7 +300,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     costs: dict[str, MessageCosts] = {}
     async with throwaway_database(server, "er_costs") as database:
         dsn = with_database(server, database)
-        pool = await asyncpg.create_pool(dsn, min_size=2, max_size=4)
+        pool = await asyncpg.create_pool(dsn, min_size=2, max_size=4,
+                                         server_settings={"application_name": PROBE})
         try:
             for queue in (INPUT, SINK_ADDRESS, *(QueueAddress(q) for _, q in MODES.values())):
                 async with pool.acquire() as connection:
@@ -296,8 +311,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             settings = {name: await pool.fetchval(f"SHOW {name}") for name in
                         ("server_version", "synchronous_commit", "max_connections")}
             for mode in args.modes.split(","):
-                runs = await measure_mode(pool, probe, dsn, mode, args)
-                costs[mode] = per_message(runs, mode, args.messages, args.concurrency)
+                costs[mode] = await measure_mode(probe, dsn, mode, args)
         finally:
             await pool.close()
     nodes, cores = [1, 2, 4, 8, 16, 32], [4, 8, 16, 32]
