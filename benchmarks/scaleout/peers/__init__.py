@@ -32,16 +32,19 @@ PROCRASTINATE_TUNED = ProcrastinateConfig(workers=2, pool_size=8,
 
 
 def pgqueuer_sweep() -> list[PeerSide]:
-    """The grid the best pgqueuer configuration is chosen from: batch size x workers (x a cap
-    on jobs in flight), every table logged as in pgqueuer's default durability."""
+    """The grid the best pgqueuer configuration is chosen from: batch size x workers x a cap
+    on jobs in flight (x the pool driver at batch 50), every table logged as in pgqueuer's
+    default durability."""
     sides: list[PeerSide] = []
     for batch_size in (10, 25, 50, 100):
         for workers in (1, 2, 4):
             for cap in (None, 2 * batch_size):
-                config = PgqueuerConfig(workers=workers, batch_size=batch_size,
-                                        max_concurrent_tasks=cap)
-                name = f"pgqueuer_b{batch_size}_w{workers}" + (f"_cap{cap}" if cap else "")
-                sides.append(PgqueuerSide(name, config))
+                for driver in ("connection", "pool") if batch_size == 50 else ("connection",):
+                    config = PgqueuerConfig(workers=workers, batch_size=batch_size,
+                                            max_concurrent_tasks=cap, driver=driver)
+                    name = (f"pgqueuer_b{batch_size}_w{workers}" + (f"_cap{cap}" if cap else "")
+                            + ("_pool" if driver == "pool" else ""))
+                    sides.append(PgqueuerSide(name, config))
     return sides
 
 

@@ -23,11 +23,11 @@ FULL = {"messages": 10_000, "rounds": 5}
 
 
 def chosen_sides(args: argparse.Namespace) -> list[Side]:
-    if args.sweep == "pgqueuer":
-        return list(pgqueuer_sweep())
-    if args.sweep == "procrastinate":
-        return list(procrastinate_sweep())
-    sides = peer_sides(args.quick)
+    """The sweep's grid or the four peer sides, narrowed to ``--sides`` when given."""
+    sides: list[Side] = list(
+        pgqueuer_sweep() if args.sweep == "pgqueuer"
+        else procrastinate_sweep() if args.sweep == "procrastinate"
+        else peer_sides(args.quick))
     if args.sides:
         wanted = set(args.sides.split(","))
         unknown = wanted - {side.name for side in sides}
@@ -102,7 +102,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4, help="jobs in flight")
     parser.add_argument("--body-bytes", type=int, default=100, help="body size of a job")
     parser.add_argument("--rounds", type=int, help="drains per side (medians reported)")
-    parser.add_argument("--sides", help="comma-separated side names (default: all four)")
+    parser.add_argument("--sides", help="comma-separated side names (default: all four, or the whole grid)")
     parser.add_argument("--sweep", choices=("pgqueuer", "procrastinate"),
                         help="run the library's grid of configurations instead")
     parser.add_argument("--rate", type=float, help="also an open-loop run at this rate (/s)")
