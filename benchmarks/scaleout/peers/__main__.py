@@ -102,7 +102,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=4, help="jobs in flight")
     parser.add_argument("--body-bytes", type=int, default=100, help="body size of a job")
     parser.add_argument("--rounds", type=int, help="drains per side (medians reported)")
-    parser.add_argument("--sides", help="comma-separated side names (default: all four, or the whole grid)")
+    parser.add_argument("--sides",
+                        help="comma-separated side names (default: all four, or the grid)")
     parser.add_argument("--sweep", choices=("pgqueuer", "procrastinate"),
                         help="run the library's grid of configurations instead")
     parser.add_argument("--rate", type=float, help="also an open-loop run at this rate (/s)")
