@@ -21,12 +21,13 @@ from benchmarks.scaleout.peers.pgqueuer_peer import PgqueuerConfig, PgqueuerSide
 from benchmarks.scaleout.peers.procrastinate_peer import ProcrastinateConfig, ProcrastinateSide
 from benchmarks.scaleout.side import Side
 
-# pgqueuer's best durable configuration at concurrency 4, from the sweep recorded in
-# docs/performance.md ("The peers"): see PGQUEUER_SWEEP for the grid it was chosen from.
-PGQUEUER_BEST = PgqueuerConfig(workers=2, batch_size=50)
-# procrastinate tuned: a pool with a connection for each job in flight beside the fetch loop
-# and the listener, a short polling fallback, and finished jobs deleted.
-PROCRASTINATE_TUNED = ProcrastinateConfig(workers=2, pool_size=8,
+# pgqueuer's best durable configuration at concurrency 4, from the sweep in docs/performance.md
+# ("The scaling model", the peers' configurations): pgqueuer_sweep() is the grid.
+PGQUEUER_BEST = PgqueuerConfig(workers=1, batch_size=50, max_concurrent_tasks=100)
+# procrastinate tuned, the best of procrastinate_sweep(): four workers (four fetch loops: a
+# worker fetches one job per round trip) on a pool of 12, a 0.1 s polling fallback, and
+# finished jobs deleted instead of kept.
+PROCRASTINATE_TUNED = ProcrastinateConfig(workers=4, pool_size=12,
                                           fetch_job_polling_interval=0.1,
                                           delete_jobs="successful")
 
