@@ -48,7 +48,7 @@ from endpoint_runtime.transport import QueueAddress, queues, sending
 MODES = {"single": ("benchmarks.endpoints:atomic", "bench_atomic"),
          "batched": ("benchmarks.endpoints:batched", "bench_batched")}
 COMMIT_RECORDS = """
-SELECT coalesce(sum(count), 0) FROM pg_get_wal_stats($1::pg_lsn, $2::pg_lsn, true)
+SELECT coalesce(sum(count), 0) FROM pg_get_wal_stats($1::text::pg_lsn, $2::text::pg_lsn, true)
 WHERE "resource_manager/record_type" = 'Transaction/COMMIT'"""
 SERVER_STATS = """
 SELECT (SELECT wal_sync FROM pg_stat_wal) AS wal_syncs,
@@ -173,7 +173,7 @@ class CostProbe:
             "runtime_cpu_s": cpu_spent(cpu_before, cpu_after),
             "postgres_cpu_s": cpu_spent(pg_before, pg_after) if self.postmaster else -1.0,
             "wal_bytes": float(await self.pool.fetchval(
-                "SELECT pg_wal_lsn_diff($1::pg_lsn, $2::pg_lsn)", end_lsn, start_lsn)),
+                "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)", end_lsn, start_lsn)),
             "commits": (float(await self.pool.fetchval(COMMIT_RECORDS, start_lsn, end_lsn))
                         if self.walinspect else -1.0),
             "receivers": float(len(receivers)),
