@@ -33,6 +33,7 @@ from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.metrics import RayMetrics
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
+from endpoint_runtime.transactions.outbox import OutboxStrategy
 from endpoint_runtime.transport import connect_pool
 from endpoint_runtime.transport.listening import Listener
 
@@ -224,7 +225,8 @@ class Receiver:
             receive_breaker=self._receive_breaker.state.value,
             processing_breaker=self._processing_breaker.state.value,
             critical_error=self._critical_error,
-            outbox_duplicates=getattr(self._strategy, "duplicates", 0),
+            outbox_duplicates=(self._strategy.duplicates
+                               if isinstance(self._strategy, OutboxStrategy) else 0),
             critical_errors=self._critical_errors,
             last_critical_error=self._last_critical_error,
             settled_doomed=self._doomed.settled() if self._doomed else [],
@@ -287,11 +289,12 @@ class Receiver:
         except Exception as exc:
             await self._back_off(exc)
             return
+        slot = self._strategy.open_slot(connection)
         try:
             while not self._draining and len(self._slots) <= self._effective_allowance:
                 self._in_flight += 1
                 try:
-                    result = await self._strategy.receive_round(connection)
+                    result = await slot.round()
                 except RecoverabilityFailedError as exc:
                     # Rolled back: the message comes again. A critical error, as in the
                     # original, counted by the processing breaker (which also waits).
@@ -318,7 +321,7 @@ class Receiver:
                     successes = 0
                     self.wake(1)
         finally:
-            await self._strategy.slot_ended(connection)
+            await slot.close()
             await self._pool.release(connection)
 
     @property

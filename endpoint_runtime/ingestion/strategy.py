@@ -13,29 +13,38 @@ import asyncpg
 from endpoint_runtime.ingestion.records import records_of
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.pipeline import Pipeline
-from endpoint_runtime.transactions.base import EMPTY, Round
+from endpoint_runtime.transactions.base import EMPTY, ReceiveSlot, Round
 from endpoint_runtime.transport import receiving
 
 
 class IngestionStrategy:
     def __init__(self, pipeline: Pipeline, data: OperationalData, batch_size: int) -> None:
-        self._pipeline = pipeline
-        self._data = data
-        self._batch_size = batch_size
+        self.pipeline = pipeline
+        self.data = data
+        self.batch_size = batch_size
 
-    async def slot_ended(self, connection: asyncpg.Connection) -> None:
-        return None
+    def open_slot(self, connection: asyncpg.Connection) -> IngestionSlot:
+        return IngestionSlot(self, connection)
 
-    async def receive_round(self, connection: asyncpg.Connection) -> Round:
-        address = self._pipeline.local_address
+
+class IngestionSlot(ReceiveSlot):
+    """A slot of ingestion rounds; each commits its batch, nothing is carried over."""
+
+    def __init__(self, strategy: IngestionStrategy, connection: asyncpg.Connection) -> None:
+        super().__init__(connection)
+        self._strategy = strategy
+
+    async def round(self) -> Round:
+        strategy, connection = self._strategy, self.connection
+        address = strategy.pipeline.local_address
         async with connection.transaction():
-            batch = await receiving.receive_batch(connection, address, self._batch_size)
+            batch = await receiving.receive_batch(connection, address, strategy.batch_size)
             if not batch:
                 return EMPTY
             audited, malformed = records_of(str(address), batch)
-            await self._data.insert_audit(connection, audited)
-            await self._data.insert_errors(connection, malformed)
-        stats = self._pipeline.stats
+            await strategy.data.insert_audit(connection, audited)
+            await strategy.data.insert_errors(connection, malformed)
+        stats = strategy.pipeline.stats
         stats.processed += len(audited)
         stats.failed += len(malformed)
         return Round(taken=len(batch), handled=len(audited), failed=len(malformed))

@@ -1,11 +1,12 @@
-"""What every transaction strategy shares: the round result and the outgoing dispatchers."""
+"""What every transaction strategy shares: the round result, the receive slot and the outgoing
+dispatchers."""
 
 from __future__ import annotations
 
 import uuid
 from collections import defaultdict
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, Self
 
 import asyncpg
 import msgspec
@@ -27,17 +28,49 @@ class Round(msgspec.Struct):
 EMPTY = Round()
 
 
-class ReceiveStrategy(Protocol):
-    """Receives and processes one message (or one batch) in the mode's transaction shape.
+class ReceiveSlot:
+    """One receive slot: its connection and what the mode keeps for it between rounds.
 
-    The connection belongs to the calling receive slot for its whole life: releasing a
-    connection to an asyncpg pool costs a reset round trip, too much to pay per message.
+    A strategy opens one per slot (:meth:`ReceiveStrategy.open_slot`); the slot's rounds run
+    on that connection for the slot's whole life (releasing a connection to an asyncpg pool
+    costs a reset round trip, too much to pay per message). :meth:`close` releases what the
+    slot kept (a transaction carried over, acks waiting, a second connection); it runs once,
+    however often it is called.
+
+    Example::
+
+        async with strategy.open_slot(connection) as slot:
+            while (await slot.round()).taken:
+                pass
     """
 
-    async def receive_round(self, connection: asyncpg.Connection) -> Round: ...
+    def __init__(self, connection: asyncpg.Connection) -> None:
+        self.connection = connection
+        self._closed = False
 
-    async def slot_ended(self, connection: asyncpg.Connection) -> None:
-        """The slot that owned ``connection`` ends: release what was kept for it."""
+    async def round(self) -> Round:
+        """Receive one message (or one batch) and process it in the mode's transaction."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await self.release()
+
+    async def release(self) -> None:
+        """What :meth:`close` does, once: nothing unless the mode keeps something."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+class ReceiveStrategy(Protocol):
+    """A transaction mode's shape of the receive: opens a :class:`ReceiveSlot` per slot."""
+
+    def open_slot(self, connection: asyncpg.Connection) -> ReceiveSlot: ...
 
 
 def as_delayed(address: QueueAddress, message: OutgoingMessage, due: datetime) -> DelayedMessage:

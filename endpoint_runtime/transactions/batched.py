@@ -19,7 +19,7 @@ import asyncpg
 from endpoint_runtime.context import LazySavepointConnection
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Outcome, Pipeline
-from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round
+from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ReceiveSlot, Round
 from endpoint_runtime.transactions.single import (
     SingleMessageStrategy,
     end_carried_transaction,
@@ -33,17 +33,14 @@ class BatchedAtomicStrategy:
     def __init__(self, pipeline: Pipeline, pool: asyncpg.Pool, batch_size: int) -> None:
         self._pipeline = pipeline
         self._pool = pool
-        self._batch_size = batch_size
-        self._one_by_one = SingleMessageStrategy(pipeline, pool, sends_atomic=True)
-        self._single_rounds_left = 0
+        self.batch_size = batch_size
+        self.one_by_one = SingleMessageStrategy(pipeline, pool, sends_atomic=True)
 
-    async def slot_ended(self, connection: asyncpg.Connection) -> None:
-        await end_carried_transaction(connection)
+    def open_slot(self, connection: asyncpg.Connection) -> BatchedSlot:
+        return BatchedSlot(self, connection)
 
-    async def receive_round(self, connection: asyncpg.Connection) -> Round:
-        if self._single_rounds_left > 0:
-            self._single_rounds_left -= 1
-            return await self._one_by_one.receive_round(connection)
+    async def receive_batch(self, connection: asyncpg.Connection) -> Round:
+        """One batch in one transaction; a failure to commit it is raised, rolled back."""
         # One by one, each COMMIT began the next transaction: end it before the batch's own.
         await end_carried_transaction(connection)
         transaction = connection.transaction()
@@ -55,7 +52,6 @@ class BatchedAtomicStrategy:
             # Connection lost or COMMIT failed (the server rolled back): nothing to undo.
             with contextlib.suppress(asyncpg.InterfaceError, asyncpg.PostgresError, OSError):
                 await transaction.rollback()
-            self._single_rounds_left = self._batch_size
             raise
         for message in handled:
             self._pipeline.succeeded(message)
@@ -65,7 +61,7 @@ class BatchedAtomicStrategy:
         self, connection: asyncpg.Connection
     ) -> tuple[Round, list[TransportMessage]]:
         pipeline = self._pipeline
-        batch = await receiving.receive_batch(connection, pipeline.local_address, self._batch_size)
+        batch = await receiving.receive_batch(connection, pipeline.local_address, self.batch_size)
         if not batch:
             return EMPTY, []
         outgoing = BufferedDispatcher(self._pool, pipeline.delayed_store)
@@ -119,3 +115,27 @@ class BatchedAtomicStrategy:
         if outcome is Outcome.HANDLED:
             outgoing.take_from(own)
         return outcome
+
+
+class BatchedSlot(ReceiveSlot):
+    """A slot of batches; after a batch that could not commit, its next ``batch_size`` rounds
+    go one message at a time, so that the failure is charged to the message that caused it."""
+
+    def __init__(self, strategy: BatchedAtomicStrategy, connection: asyncpg.Connection) -> None:
+        super().__init__(connection)
+        self._strategy = strategy
+        self._one_by_one = strategy.one_by_one.open_slot(connection)
+        self.single_rounds_left = 0
+
+    async def release(self) -> None:
+        await end_carried_transaction(self.connection)
+
+    async def round(self) -> Round:
+        if self.single_rounds_left > 0:
+            self.single_rounds_left -= 1
+            return await self._one_by_one.round()
+        try:
+            return await self._strategy.receive_batch(self.connection)
+        except BaseException:
+            self.single_rounds_left = self._strategy.batch_size
+            raise

@@ -49,7 +49,13 @@ from endpoint_runtime.outbox import (
 from endpoint_runtime.pipeline import Outcome, Pipeline
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.ack_group import AckGroup
-from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, Round, as_delayed
+from endpoint_runtime.transactions.base import (
+    EMPTY,
+    BufferedDispatcher,
+    ReceiveSlot,
+    Round,
+    as_delayed,
+)
 from endpoint_runtime.transactions.single import (
     FAILED_ROUND,
     begin_unless_carried,
@@ -81,54 +87,20 @@ class OutboxStrategy:
         settings: OutboxSettings,
     ) -> None:
         self._pipeline = pipeline
-        self._pool = pool
+        self.pool = pool
         self._storage = storage
-        self._settings = settings
+        self.settings = settings
         self.handler_runs = 0
         self.duplicates = 0
-        # One business connection per receive connection, kept for the receive slot's life:
-        # returning a connection to the pool costs a reset round trip per message.
-        self._business: dict[int, asyncpg.Connection] = {}
-        self._groups: dict[int, AckGroup] = {}
 
-    async def slot_ended(self, connection: asyncpg.Connection) -> None:
-        group = self._groups.pop(id(connection), None)
-        if group is not None and group.open:
-            await _commit_acks(connection, group)
-        await end_carried_transaction(connection)
-        business = self._business.pop(id(connection), None)
-        if business is not None:
-            await end_carried_transaction(business)
-            await self._pool.release(business)
+    def open_slot(self, connection: asyncpg.Connection) -> OutboxSlot:
+        return OutboxSlot(self, connection)
 
-    async def _business_connection(self, connection: asyncpg.Connection) -> asyncpg.Connection:
-        business = self._business.get(id(connection))
-        if business is not None and business.is_closed():
-            await self._pool.release(business)
-            business = None
-        if business is None:
-            business = self._business[id(connection)] = await self._pool.acquire()
-        return business
-
-    async def _prepare_slot(self, connection: asyncpg.Connection) -> None:
-        """Once per receive slot, before its first transaction: the receive transaction (the
-        acks, and the dispatches made there) may commit without waiting for its WAL flush. If
-        a crash loses it, it is lost whole: its messages come back, find their records, are
-        dispatched if they were not, and acked. The business transaction, on the other
-        connection, stays synchronous. RESET when the slot returns the connection to the
-        pool."""
-        if not connection.is_in_transaction():
-            if not self._settings.synchronous_acks:
-                await connection.execute("SET synchronous_commit = off")
-            await self._business_connection(connection)
-
-    async def receive_round(self, connection: asyncpg.Connection) -> Round:
+    async def run_round(self, slot: OutboxSlot) -> Round:
         """(BEGIN unless carried over;) receive one message; recoverability's move, or the
         business transaction with its dispatch; then the ack: committed now, or left waiting
-        in the group (``transactions.ack_group``)."""
-        if id(connection) not in self._business:
-            await self._prepare_slot(connection)
-        group = self._group(connection)
+        in the slot's group (``transactions.ack_group``)."""
+        connection, group = slot.connection, slot.group
         group.begin_round()
         pipeline = self._pipeline
         await begin_unless_carried(connection)
@@ -143,7 +115,7 @@ class OutboxStrategy:
             outcome = await pipeline.screen(received, connection)
             if outcome is None:
                 assert isinstance(received, TransportMessage)
-                outcome = await self._attempt(connection, received, recorded, group)
+                outcome = await self._attempt(slot, received, recorded)
                 if outcome is None:  # handled; its ack waits in the group
                     return settled(pipeline, received, Outcome.HANDLED)
             group.committed()
@@ -158,19 +130,13 @@ class OutboxStrategy:
             return FAILED_ROUND
         return settled(pipeline, received, outcome)
 
-    def _group(self, connection: asyncpg.Connection) -> AckGroup:
-        group = self._groups.get(id(connection))
-        if group is None:
-            group = self._groups[id(connection)] = AckGroup(self._settings.acks_per_commit)
-        return group
-
     async def _receive(
         self, connection: asyncpg.Connection, address: QueueAddress
     ) -> tuple[Received | None, bool | None]:
         """The message and, when the receive could look its id up (optimistic mode, headers
         that carry it in this runtime's own form: a round trip saved), whether the outbox has
         it recorded; else ``None`` for that."""
-        pessimistic = self._settings.pessimistic
+        pessimistic = self.settings.pessimistic
         statement = (receiving.receive_statement(address) if pessimistic
                      else self._storage.receive_and_look_up(address))
         row = await receiving.receive_row(connection, address, statement)
@@ -183,21 +149,20 @@ class OutboxStrategy:
         return message, None
 
     async def _attempt(
-        self, connection: asyncpg.Connection, message: TransportMessage,
-        recorded: bool | None, group: AckGroup,
+        self, slot: OutboxSlot, message: TransportMessage, recorded: bool | None
     ) -> Outcome | None:
         """The business transaction (unless the id is recorded) and, with its commit, the
         dispatch; else the dispatch in the receive transaction. ``HANDLED``: commit the ack
         now; ``None``: the ack waits in the group; ``FAILED``: roll back."""
-        business = await self._business_connection(connection)
+        business = await slot.business_connection()
         dispatched = await self._run_handlers(message, business, recorded)
         if dispatched is None:
             return Outcome.FAILED
-        if dispatched and group.can_defer():
-            group.defer()
+        if dispatched and slot.group.can_defer():
+            slot.group.defer()
             return None
         if not dispatched:
-            await self._dispatch(connection, message.message_id)
+            await self._dispatch(slot.connection, message.message_id)
         return Outcome.HANDLED
 
     async def _run_handlers(
@@ -216,8 +181,8 @@ class OutboxStrategy:
         next BEGIN, so the next message's business work starts without a round trip.
         """
         message_id = message.message_id
-        pessimistic = self._settings.pessimistic
-        isolation = self._settings.isolation.replace("_", " ").upper()
+        pessimistic = self.settings.pessimistic
+        isolation = self.settings.isolation.replace("_", " ").upper()
         begin = f"BEGIN ISOLATION LEVEL {isolation}"
         carried = business.is_in_transaction()
         try:
@@ -234,7 +199,7 @@ class OutboxStrategy:
                 await _rollback(business)
                 self._count_duplicate("pessimistic" if pessimistic else "optimistic")
                 return False
-            collected = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
+            collected = BufferedDispatcher(self.pool, self._pipeline.delayed_store)
             context = self._pipeline.new_context(
                 message, collected, OpenTransactionConnection(business))
             self.handler_runs += 1
@@ -316,7 +281,7 @@ class OutboxStrategy:
             raise QueueNotFoundError(str(destination)) from exc
         if name is None:
             return None
-        asynchronous = ("" if self._settings.synchronous_acks
+        asynchronous = ("" if self.settings.synchronous_acks
                         else "SET LOCAL synchronous_commit = off; ")
         return (
             f"BEGIN; {asynchronous}"
@@ -350,6 +315,52 @@ class OutboxStrategy:
             await store.store(connection, as_delayed(address, outgoing, due))
         for address, messages in by_queue.items():
             await sending.send_many(connection, address, messages)
+
+
+class OutboxSlot(ReceiveSlot):
+    """A receive slot of the outbox: its business connection, kept for the slot's life
+    (returning a connection to the pool costs a reset round trip per message), and the acks
+    waiting in its open receive transaction."""
+
+    def __init__(self, strategy: OutboxStrategy, connection: asyncpg.Connection) -> None:
+        super().__init__(connection)
+        self._strategy = strategy
+        self.group = AckGroup(strategy.settings.acks_per_commit)
+        self.business: asyncpg.Connection | None = None
+
+    async def round(self) -> Round:
+        if self.business is None:
+            await self._prepare()
+        return await self._strategy.run_round(self)
+
+    async def _prepare(self) -> None:
+        """Before the slot's first transaction: the receive transaction (the acks, and the
+        dispatches made there) may commit without waiting for its WAL flush. If a crash loses
+        it, it is lost whole: its messages come back, find their records, are dispatched if
+        they were not, and acked. The business transaction, on the other connection, stays
+        synchronous. RESET when the slot returns the connection to the pool."""
+        if not self.connection.is_in_transaction():
+            if not self._strategy.settings.synchronous_acks:
+                await self.connection.execute("SET synchronous_commit = off")
+            await self.business_connection()
+
+    async def business_connection(self) -> asyncpg.Connection:
+        pool = self._strategy.pool
+        if self.business is not None and self.business.is_closed():
+            await pool.release(self.business)
+            self.business = None
+        if self.business is None:
+            self.business = await pool.acquire()
+        return self.business
+
+    async def release(self) -> None:
+        if self.group.open:
+            await _commit_acks(self.connection, self.group)
+        await end_carried_transaction(self.connection)
+        if self.business is not None:
+            await end_carried_transaction(self.business)
+            await self._strategy.pool.release(self.business)
+            self.business = None
 
 
 async def _commit_acks(connection: asyncpg.Connection, group: AckGroup) -> None:

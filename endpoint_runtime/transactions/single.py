@@ -27,7 +27,13 @@ from endpoint_runtime.context import OpenTransactionConnection
 from endpoint_runtime.errors import QueueNotFoundError, RecoverabilityFailedError
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Outcome, Pipeline
-from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ImmediateDispatcher, Round
+from endpoint_runtime.transactions.base import (
+    EMPTY,
+    BufferedDispatcher,
+    ImmediateDispatcher,
+    ReceiveSlot,
+    Round,
+)
 from endpoint_runtime.transport import receiving
 
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
@@ -43,18 +49,31 @@ class SingleMessageStrategy:
     ``False``: sends leave at once on other connections (receive-only mode)."""
 
     def __init__(self, pipeline: Pipeline, pool: asyncpg.Pool, *, sends_atomic: bool) -> None:
-        self._pipeline = pipeline
-        self._pool = pool
-        self._sends_atomic = sends_atomic
-        self._immediate = ImmediateDispatcher(pool, pipeline.delayed_store)
+        self.pipeline = pipeline
+        self.pool = pool
+        self.sends_atomic = sends_atomic
+        self.immediate = ImmediateDispatcher(pool, pipeline.delayed_store)
 
-    async def slot_ended(self, connection: asyncpg.Connection) -> None:
-        await end_carried_transaction(connection)
+    def open_slot(self, connection: asyncpg.Connection) -> SingleMessageSlot:
+        return SingleMessageSlot(self, connection)
 
-    async def receive_round(self, connection: asyncpg.Connection) -> Round:
+
+class SingleMessageSlot(ReceiveSlot):
+    """A slot of one message per transaction; what it carries over between rounds is the
+    transaction the last ``COMMIT; BEGIN`` began, rolled back at :meth:`close`."""
+
+    def __init__(self, strategy: SingleMessageStrategy, connection: asyncpg.Connection) -> None:
+        super().__init__(connection)
+        self._strategy = strategy
+
+    async def release(self) -> None:
+        await end_carried_transaction(self.connection)
+
+    async def round(self) -> Round:
         """(BEGIN unless carried over;) receive one message and process it; COMMIT with the
         outgoing messages and BEGIN the next, or roll back a failed attempt."""
-        pipeline = self._pipeline
+        strategy, connection = self._strategy, self.connection
+        pipeline = strategy.pipeline
         await begin_unless_carried(connection)
         received = None
         try:
@@ -62,8 +81,8 @@ class SingleMessageStrategy:
             if received is None:
                 await connection.execute("COMMIT")  # expired rows deleted on the way
                 return EMPTY
-            dispatcher = (BufferedDispatcher(self._pool, pipeline.delayed_store)
-                          if self._sends_atomic else self._immediate)
+            dispatcher = (BufferedDispatcher(strategy.pool, pipeline.delayed_store)
+                          if strategy.sends_atomic else strategy.immediate)
             outcome = await pipeline.process(received, connection, dispatcher,
                                              OpenTransactionConnection(connection))
             if outcome is Outcome.FAILED:

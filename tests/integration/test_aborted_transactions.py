@@ -46,10 +46,11 @@ async def test_a_swallowed_database_error_is_a_failed_attempt_and_ends_in_the_er
 
     rounds = 0
     async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
         while await transport.depth("error") == 0 and rounds < ROUND_LIMIT:
-            await strategy.receive_round(connection)
+            await slot.round()
             rounds += 1
-        await strategy.slot_ended(connection)
+        await slot.close()
 
     assert await transport.depth("error") == 1, f"no error-queue copy after {rounds} rounds"
     assert await transport.depth(endpoint.name) == 0

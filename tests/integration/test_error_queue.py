@@ -135,9 +135,10 @@ async def test_a_native_id_already_in_the_error_queue_is_kept_and_retries_restor
     for n in (1, 2):
         await transport.send(endpoint.name, create_outgoing(Doomed(n), message_id=message_id))
         async with transport.pool.acquire() as connection:
-            while (await strategy.receive_round(connection)).taken:
+            slot = strategy.open_slot(connection)
+            while (await slot.round()).taken:
                 pass
-            await strategy.slot_ended(connection)
+            await slot.close()
 
     assert await transport.depth(endpoint.name) == 0
     failed = await list_failed(transport)
@@ -180,14 +181,14 @@ async def test_none_mode_keeps_a_copy_of_a_message_whose_handler_a_stop_cancels(
     await transport.send(stalled.name, create_outgoing(Doomed(7)))
 
     async with transport.pool.acquire() as connection:
-        slot = asyncio.create_task(strategy.receive_round(connection))
+        receiving = asyncio.create_task(strategy.open_slot(connection).round())
         deadline = asyncio.get_running_loop().time() + 10
         while await transport.depth(stalled.name):  # taken: the handler runs
             assert asyncio.get_running_loop().time() < deadline
             await asyncio.sleep(0.01)
-        slot.cancel()
+        receiving.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await slot
+            await receiving
 
     [failed] = await list_failed(transport)
     assert msgspec.json.decode(failed.message.body, type=Doomed).n == 7

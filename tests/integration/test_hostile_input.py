@@ -194,12 +194,13 @@ async def test_a_crafted_reply_address_writes_nothing_and_ends_in_the_error_queu
                                         settings)
     expected = len(CRAFTED_REPLY_ADDRESSES)
     async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
         for _ in range(60):  # far more than 5 messages x 2 attempts need
             if (await transport.depth("error") == expected
                     and await transport.depth(endpoint.name) == 0):
                 break
-            await strategy.receive_round(connection)
-        await strategy.slot_ended(connection)
+            await slot.round()
+        await slot.close()
 
     for table in ("orders", "accounting.ledger", "archive.inbox"):
         count = await transport.pool.fetchval(f"SELECT count(*) FROM {table}")

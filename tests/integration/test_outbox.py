@@ -51,9 +51,10 @@ async def send_duplicates(transport: PostgresTransport, queue: str, copies: int,
 
 async def drain(transport: PostgresTransport, strategy: OutboxStrategy) -> None:
     async with transport.pool.acquire() as connection:
-        while (await strategy.receive_round(connection)).taken:
+        slot = strategy.open_slot(connection)
+        while (await slot.round()).taken:
             pass
-        await strategy.slot_ended(connection)
+        await slot.close()
 
 
 async def counts(transport: PostgresTransport) -> tuple[int, int, int]:
@@ -104,8 +105,9 @@ async def test_concurrent_duplicates_write_and_dispatch_once(
 
     async def one_round() -> None:
         async with transport.pool.acquire() as connection:
-            await strategy.receive_round(connection)
-            await strategy.slot_ended(connection)
+            slot = strategy.open_slot(connection)
+            await slot.round()
+            await slot.close()
 
     async with transport.pool.acquire() as holder:
         await holder.execute("SELECT pg_advisory_lock($1)", HELD_INVOICE_LOCK)
@@ -299,14 +301,15 @@ async def test_the_receive_says_whether_the_message_id_is_recorded(
         await transport.send("payments", create_outgoing(
             PayInvoice(message_id), headers={Headers.MESSAGE_ID: message_id}))
     async with transport.pool.acquire() as connection:
-        assert (await strategy.receive_round(connection)).handled == 1  # records `known`
+        slot = strategy.open_slot(connection)
+        assert (await slot.round()).handled == 1  # records `known`
         found = {}
         for _ in range(3):
             message, recorded = await strategy._receive(connection,
                                                          optimistic_endpoint.address)
             assert isinstance(message, TransportMessage)
             found[message.message_id] = recorded
-        await strategy.slot_ended(connection)
+        await slot.close()
 
     assert found == {known: True, fresh: False, odd: None}  # odd: JSON-escaped in the headers
 
@@ -317,11 +320,13 @@ async def test_only_the_receive_transaction_commits_without_waiting_for_the_flus
     strategy = await prepare(transport, optimistic_endpoint)
     await send_duplicates(transport, "payments", 1)
     async with transport.pool.acquire() as connection:
-        assert (await strategy.receive_round(connection)).handled == 1
-        business = strategy._business[id(connection)]
+        slot = strategy.open_slot(connection)
+        assert (await slot.round()).handled == 1
+        business = slot.business
+        assert business is not None
         assert await connection.fetchval("SHOW synchronous_commit") == "off"
         assert await business.fetchval("SHOW synchronous_commit") == "on"
-        await strategy.slot_ended(connection)
+        await slot.close()
 
 
 async def test_synchronous_acks_make_the_receive_transaction_wait_for_the_flush(
@@ -333,7 +338,8 @@ async def test_synchronous_acks_make_the_receive_transaction_wait_for_the_flush(
     strategy = await prepare(transport, endpoint)
     await send_duplicates(transport, "payments", 1)
     async with transport.pool.acquire() as connection:
-        assert (await strategy.receive_round(connection)).handled == 1
+        slot = strategy.open_slot(connection)
+        assert (await slot.round()).handled == 1
         assert await connection.fetchval("SHOW synchronous_commit") == "on"
-        await strategy.slot_ended(connection)
+        await slot.close()
     assert await counts(transport) == (1, 1, 1)

@@ -33,11 +33,12 @@ async def test_acks_commit_once_per_group_while_each_dispatch_commits_at_once(
 
     seen = []
     async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
         for _ in range(4):
-            assert await strategy.receive_round(connection) == HANDLED
+            assert await slot.round() == HANDLED
             # Other sessions still see rows whose DELETE has not committed.
             seen.append((await transport.depth("receipts"), await transport.depth("ledger")))
-        await strategy.slot_ended(connection)  # commits the ack left waiting
+        await slot.close()  # commits the ack left waiting
 
     assert seen == [(4, 1), (4, 2), (1, 3), (1, 4)]
     assert await transport.depth("receipts") == 0
@@ -60,14 +61,15 @@ async def test_a_message_that_expires_while_acks_wait_is_not_handled(
     assert isinstance(strategy, OutboxStrategy)
     await send(transport, "a")
     async with transport.pool.acquire() as connection:
-        assert await strategy.receive_round(connection) == HANDLED
+        slot = strategy.open_slot(connection)
+        assert await slot.round() == HANDLED
         assert await transport.depth("receipts") == 1  # the ack waits: the transaction is open
         await send_expiring(transport, "receipts", PayInvoice("expired"))
         await send(transport, "b")
         await wait_until_expired(transport, "receipts", count=1)
 
-        assert await strategy.receive_round(connection) == HANDLED
-        await strategy.slot_ended(connection)
+        assert await slot.round() == HANDLED
+        await slot.close()
 
     paid = await transport.pool.fetch("SELECT invoice FROM paid_invoices ORDER BY invoice")
     assert [row["invoice"] for row in paid] == ["a", "b"]
@@ -79,12 +81,13 @@ async def test_an_empty_queue_commits_the_waiting_acks(transport: PostgresTransp
     strategy = await prepare(transport, receipts)
     await send(transport, "a")
     async with transport.pool.acquire() as connection:
-        assert await strategy.receive_round(connection) == HANDLED
+        slot = strategy.open_slot(connection)
+        assert await slot.round() == HANDLED
         assert await transport.depth("receipts") == 1  # the ack waits
-        assert await strategy.receive_round(connection) == Round()
+        assert await slot.round() == Round()
         assert not connection.is_in_transaction()
         assert await transport.depth("receipts") == 0
-        await strategy.slot_ended(connection)
+        await slot.close()
 
 
 async def test_a_failure_rolls_back_the_waiting_acks_and_their_messages_are_only_acked(
@@ -94,11 +97,12 @@ async def test_a_failure_rolls_back_the_waiting_acks_and_their_messages_are_only
     await send(transport, "a", "refused", "b")
 
     async with transport.pool.acquire() as connection:
-        assert await strategy.receive_round(connection) == HANDLED  # "a": its ack waits
-        failed = await strategy.receive_round(connection)  # rolls back the ack of "a" too
+        slot = strategy.open_slot(connection)
+        assert await slot.round() == HANDLED  # "a": its ack waits
+        failed = await slot.round()  # rolls back the ack of "a" too
         assert failed == Round(taken=1, failed=1)
         assert await transport.depth("receipts") == 3
-        await strategy.slot_ended(connection)
+        await slot.close()
     await drain(transport, strategy)
 
     payments, ledger, runs = await counts(transport)
@@ -127,8 +131,9 @@ async def test_a_dispatch_that_fails_after_the_business_commit_is_made_by_the_re
     await send(transport, "a")
 
     async with transport.pool.acquire() as connection:
-        assert await strategy.receive_round(connection) == HANDLED
-        await strategy.slot_ended(connection)
+        slot = strategy.open_slot(connection)
+        assert await slot.round() == HANDLED
+        await slot.close()
 
     assert await transport.pool.fetchval("SELECT last_value FROM ledger_inserts") == 2
     assert await counts(transport) == (1, 1, 1)
@@ -146,9 +151,10 @@ async def test_acks_per_commit_of_one_commits_every_message(
     assert isinstance(strategy, OutboxStrategy)
     await send(transport, "a", "b")
     async with transport.pool.acquire() as connection:
-        assert await strategy.receive_round(connection) == HANDLED
+        slot = strategy.open_slot(connection)
+        assert await slot.round() == HANDLED
         assert await transport.depth("receipts") == 1  # committed at once
-        await strategy.slot_ended(connection)
+        await slot.close()
     assert await transport.depth("receipts") == 1
 
 
@@ -164,13 +170,14 @@ async def test_a_handler_that_sends_nothing_stores_its_record_dispatched(
     await send(transport, "quiet", "quiet")  # two messages, each its own message id
 
     async with transport.pool.acquire() as connection:
-        assert await strategy.receive_round(connection) == HANDLED
+        slot = strategy.open_slot(connection)
+        assert await slot.round() == HANDLED
         records = await transport.pool.fetch(
             'SELECT dispatched, dispatched_at IS NOT NULL AS stamped, operations '
             'FROM "receipts_OutboxData"')
         assert [tuple(r) for r in records] == [(True, True, None)]
         assert await transport.depth("receipts") == 2  # nothing to dispatch: the ack waits
-        await strategy.slot_ended(connection)
+        await slot.close()
     await drain(transport, strategy)
     assert await counts(transport) == (2, 0, 2)
     assert strategy.duplicates == 0

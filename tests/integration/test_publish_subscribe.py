@@ -54,9 +54,10 @@ async def drain(transport: PostgresTransport, endpoint: Endpoint) -> None:
     strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
                                         endpoint.settings)
     async with transport.pool.acquire() as connection:
-        while (await strategy.receive_round(connection)).taken:
+        slot = strategy.open_slot(connection)
+        while (await slot.round()).taken:
             pass
-        await strategy.slot_ended(connection)
+        await slot.close()
 
 
 async def seen(transport: PostgresTransport) -> list[tuple[str, str, str]]:

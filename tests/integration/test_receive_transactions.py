@@ -38,9 +38,10 @@ async def run_job(
     """Send ``job``, run one receive round per expected result, then end the slot."""
     await transport.send("ledger_in", create_outgoing(job))
     async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
         for expected in rounds:
-            assert await strategy.receive_round(connection) == expected
-        await strategy.slot_ended(connection)
+            assert await slot.round() == expected
+        await slot.close()
 
 
 async def bodies(transport: PostgresTransport, queue: str) -> list[Done]:
@@ -57,19 +58,20 @@ async def test_a_handled_message_begins_the_next_transaction_and_the_slot_end_cl
         await transport.send("ledger_in", create_outgoing(Job(n)))
 
     async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
         for _ in range(3):
-            assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
+            assert await slot.round() == Round(taken=1, handled=1)
             assert connection.is_in_transaction()  # COMMIT; BEGIN: the next one is open
             # ...and committed: another connection sees the sends and the emptier queue.
         assert await transport.depth("ledger_out") == 3
         assert await transport.depth("ledger_in") == 0
-        assert await strategy.receive_round(connection) == Round()
+        assert await slot.round() == Round()
         assert not connection.is_in_transaction()  # an empty receive commits, begins nothing
 
         await transport.send("ledger_in", create_outgoing(Job(3)))
-        await strategy.receive_round(connection)
+        await slot.round()
         assert connection.is_in_transaction()
-        await strategy.slot_ended(connection)
+        await slot.close()
         assert not connection.is_in_transaction()
 
     assert [done.n for done in await bodies(transport, "ledger_out")] == [0, 1, 2, 3]
@@ -83,14 +85,15 @@ async def test_a_message_that_expires_in_the_carried_transaction_is_not_handled(
     strategy = await prepare(transport)
     await transport.send("ledger_in", create_outgoing(Job(1)))
     async with transport.pool.acquire() as connection:
-        assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
+        slot = strategy.open_slot(connection)
+        assert await slot.round() == Round(taken=1, handled=1)
         assert connection.is_in_transaction()  # carried: it began with the COMMIT
         await send_expiring(transport, "ledger_in", Job(2))
         await transport.send("ledger_in", create_outgoing(Job(3)))
         await wait_until_expired(transport, "ledger_in", count=1)
 
-        assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
-        await strategy.slot_ended(connection)
+        assert await slot.round() == Round(taken=1, handled=1)
+        await slot.close()
 
     assert [done.n for done in await bodies(transport, "ledger_out")] == [1, 3]
     assert await transport.depth("ledger_in") == 0
@@ -105,7 +108,8 @@ async def test_sends_travel_as_one_prepared_statement_per_session_and_queue(
         await transport.send("ledger_in", message)
 
     async with transport.pool.acquire() as connection:
-        while (await strategy.receive_round(connection)).taken:
+        slot = strategy.open_slot(connection)
+        while (await slot.round()).taken:
             pass
         prepared = await connection.fetchval(
             "SELECT count(*) FROM pg_prepared_statements WHERE from_sql "
@@ -130,9 +134,10 @@ async def test_a_handler_savepoint_inside_the_chained_transaction(
     await transport.send("ledger_in", create_outgoing(Job(8, "savepoint")))
 
     async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
         for _ in range(2):  # the second runs in the transaction the first one began
-            assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
-        await strategy.slot_ended(connection)
+            assert await slot.round() == Round(taken=1, handled=1)
+        await slot.close()
 
     assert await transport.pool.fetchval("SELECT array_agg(n ORDER BY n) FROM ledger_rows") \
         == [7, 8]
@@ -147,13 +152,14 @@ async def test_a_commit_that_fails_undoes_the_receive_and_the_sends(
     await transport.send("ledger_in", create_outgoing(Job(2)))
 
     async with transport.pool.acquire() as connection:
-        failed = await strategy.receive_round(connection)
+        slot = strategy.open_slot(connection)
+        failed = await slot.round()
         assert failed == Round(taken=1, failed=1)
         assert not connection.is_in_transaction()
         # No retries configured: the next round moves it to the error queue, in order.
-        assert await strategy.receive_round(connection) == Round(taken=1, failed=1)
-        assert await strategy.receive_round(connection) == Round(taken=1, handled=1)
-        await strategy.slot_ended(connection)
+        assert await slot.round() == Round(taken=1, failed=1)
+        assert await slot.round() == Round(taken=1, handled=1)
+        await slot.close()
 
     assert [done.n for done in await bodies(transport, "ledger_out")] == [2]
     assert await transport.pool.fetchval("SELECT count(*) FROM ledger_children") == 0
@@ -259,13 +265,14 @@ async def test_a_batch_that_cannot_commit_rolls_back_and_its_messages_go_one_by_
         await transport.send("ledger_batched", create_outgoing(job))
 
     async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
         with pytest.raises(asyncpg.ForeignKeyViolationError):
-            await strategy.receive_round(connection)
+            await slot.round()
         assert not connection.is_in_transaction()
         assert await transport.depth("ledger_batched") == 3  # rolled back whole
-        while (await strategy.receive_round(connection)).taken:
+        while (await slot.round()).taken:
             pass
-        await strategy.slot_ended(connection)
+        await slot.close()
 
     assert sorted(done.n for done in await bodies(transport, "ledger_out")) == [1, 3]
     assert await transport.depth("error") == 1

@@ -19,10 +19,11 @@ async def test_error_queue_gone_raises_the_critical_error_and_keeps_the_message(
     strategy = doomed.create_strategy(doomed.create_pipeline(), transport.pool, doomed.settings)
 
     async with transport.pool.acquire() as connection:
-        first = await strategy.receive_round(connection)  # the handler fails, rolled back
+        slot = strategy.open_slot(connection)
+        first = await slot.round()  # the handler fails, rolled back
         assert (first.taken, first.failed) == (1, 1)
         with pytest.raises(RecoverabilityFailedError) as info:
-            await strategy.receive_round(connection)  # the error-queue move fails
+            await slot.round()  # the error-queue move fails
 
     assert str(info.value) == ("Failed to execute recoverability policy for message with "
                                f"native ID: `{outgoing.message_id}`")
@@ -30,7 +31,8 @@ async def test_error_queue_gone_raises_the_critical_error_and_keeps_the_message(
 
     await transport.create_queue("error")  # the cause is fixed
     async with transport.pool.acquire() as connection:
-        third = await strategy.receive_round(connection)
+        slot = strategy.open_slot(connection)
+        third = await slot.round()
     assert (third.taken, third.failed) == (1, 1)
     assert await transport.depth("error") == 1
     assert await transport.depth("doomed") == 0
@@ -48,7 +50,8 @@ async def test_none_mode_sends_failures_to_the_error_queue_even_when_asked_to_re
                                          none_mode.settings)
 
     async with transport.pool.acquire() as connection:
-        result = await strategy.receive_round(connection)
+        slot = strategy.open_slot(connection)
+        result = await slot.round()
 
     assert (result.taken, result.failed) == (1, 1)
     assert await transport.depth("error") == 1  # not a delayed retry: NONE never retries
@@ -70,7 +73,8 @@ async def test_none_mode_keeps_a_poison_row_when_it_cannot_be_moved(
                                          none_mode.settings)
 
     async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
         with pytest.raises(RecoverabilityFailedError):
-            await strategy.receive_round(connection)
+            await slot.round()
 
     assert await transport.depth("fire_and_forget") == 1  # the receive rolled back with it
