@@ -15,8 +15,7 @@ What pgqueuer's dequeue does differently from this runtime's (disclosed in the r
   DELETE; the job stays in ``pgqueuer`` while it runs;
 - completion is buffered: a flush per ``batch_size`` finished jobs (or every 0.1 s) DELETEs
   them from ``pgqueuer`` and INSERTs one ``pgqueuer_log`` row per job (one commit per flush);
-  heartbeats are UPDATEs flushed the same way; every statement on ``pgqueuer`` fires a
-  NOTIFY trigger;
+  heartbeats are batched UPDATEs; a statement-level trigger on ``pgqueuer`` NOTIFYs;
 - the handler's sink insert commits on its own, before the job's completion commits: a crash
   between the two runs the job again (at least once); the runtime's atomic modes commit the
   receive and the handler's work as one.
