@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.context import HandlerContext
 from endpoint_runtime.deployment import EndpointDeployment
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
@@ -33,7 +34,7 @@ from endpoint_runtime.messages import Headers, MessageIntent
 from endpoint_runtime.sender import Sender
 from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
 from endpoint_runtime.transactions import TransactionMode
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 
 __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     # endpoints and handlers

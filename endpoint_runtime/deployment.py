@@ -23,6 +23,7 @@ import structlog
 from endpoint_runtime import installation
 from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.peeker import DeploymentConfig, DeploymentStatus, PeekerActor
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.connection_budget import check_connection_budget
 from endpoint_runtime.embedded import RedactedDsn, resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
@@ -30,7 +31,6 @@ from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import subscribe_to_handled_types, subscription_store
-from endpoint_runtime.transport import PostgresTransport
 
 log = structlog.get_logger("endpoint_runtime.deployment")
 

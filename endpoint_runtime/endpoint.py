@@ -22,10 +22,10 @@ from typing import Any, TypeVar, overload
 import asyncpg
 import msgspec
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.delayed import DelayedMessageStore, PostgresDelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.handlers import Handler, HandlerRegistry
-from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.recoverability import RecoverabilityPolicy, RetryLimits
 from endpoint_runtime.sender import Sender
@@ -38,6 +38,7 @@ from endpoint_runtime.settings import (
 )
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import (
+    SubscriptionStore,
     subscribe_to_handled_types,
     subscription_store,
     topics_of,
@@ -54,8 +55,9 @@ from endpoint_runtime.transport.addresses import (
 H = TypeVar("H", bound=Handler)
 
 
-class Endpoint(Sender):
-    """A logical endpoint. Also a sender usable outside handlers (``await endpoint.send``).
+class Endpoint:
+    """A logical endpoint: a handler registry, its settings, and a :class:`Sender` for use
+    outside handlers (``await endpoint.send``, ``publish``, ``send_local``).
 
     Args:
         name: endpoint name, also the name of its input queue.
@@ -99,9 +101,40 @@ class Endpoint(Sender):
         self.throttling_started_handlers: list[Callable[[], None]] = []
         self.throttling_ended_handlers: list[Callable[[], None]] = []
         self._defined_in = sys._getframe(1).f_globals.get("__name__", "")
-        super().__init__(
+        self.sender = Sender(
             name, settings.transport, local_address=self.address, delayed_store=self.delayed_store
         )
+
+    # -- sending from outside handlers (the endpoint's sender) ----------------------------
+
+    async def send(self, message: msgspec.Struct, destination: str, **options: Any) -> str:
+        """:meth:`Sender.send` from this endpoint (``delay``/``deliver_at`` use its store)."""
+        return await self.sender.send(message, destination, **options)
+
+    async def send_local(self, message: msgspec.Struct, **options: Any) -> str:
+        """:meth:`Sender.send_local`: to this endpoint's own queue."""
+        return await self.sender.send_local(message, **options)
+
+    async def publish(self, event: msgspec.Struct, **options: Any) -> str:
+        """:meth:`Sender.publish` with this endpoint as the originator."""
+        return await self.sender.publish(event, **options)
+
+    async def transport(self) -> PostgresTransport:
+        """The sender's pool, opened on first use in the running event loop."""
+        return await self.sender.transport()
+
+    @property
+    def subscriptions(self) -> SubscriptionStore:
+        return self.sender.subscriptions
+
+    async def close(self) -> None:
+        await self.sender.close()
+
+    async def __aenter__(self) -> Endpoint:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
     # -- handlers -------------------------------------------------------------------------
 
@@ -249,12 +282,6 @@ class Endpoint(Sender):
         return outbox
 
     @property
-    def outbox_storage(self) -> OutboxStorage | None:
-        if self.settings.outbox is None:
-            return None
-        return outbox_storage(self.address, self.settings)
-
-    @property
     def import_path(self) -> str:
         """``module:attribute`` under which receivers find this endpoint."""
         module = sys.modules.get(self._defined_in)
@@ -274,11 +301,6 @@ class Endpoint(Sender):
         """Fail at start, with a clear error, on what could not run."""
         if not self.send_only and len(self.registry) == 0:
             raise ConfigurationError(f"endpoint {self.name!r} has no handlers")
-
-
-def outbox_storage(address: QueueAddress, settings: EndpointSettings) -> OutboxStorage:
-    """(Kept for callers of earlier versions: ``OutboxStorage.for_settings``.)"""
-    return OutboxStorage.for_settings(address, settings)
 
 
 def load_endpoint(import_path: str) -> Endpoint:

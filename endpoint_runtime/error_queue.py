@@ -23,6 +23,7 @@ import uuid
 import asyncpg
 import msgspec
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.delayed.store import DelayedMessage
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.messages import (
@@ -39,7 +40,7 @@ from endpoint_runtime.messages import (
 )
 from endpoint_runtime.outgoing import MACHINE
 from endpoint_runtime.recoverability import MAX_EXCEPTION_MESSAGE, Failure
-from endpoint_runtime.transport import PostgresTransport, QueueAddress, sending, statements
+from endpoint_runtime.transport import QueueAddress, sending, statements
 from endpoint_runtime.transport.receiving import to_message
 from endpoint_runtime.transport.sending import Executor
 

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING
 import asyncpg
 import msgspec
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.subscriptions import subscription_store
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 
 if TYPE_CHECKING:
     from endpoint_runtime.endpoint import Endpoint

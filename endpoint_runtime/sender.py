@@ -16,6 +16,7 @@ from typing import Any
 
 import msgspec
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.context import due_time, parse_address
 from endpoint_runtime.delayed.store import DelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError
@@ -29,7 +30,7 @@ from endpoint_runtime.subscriptions import (
     topics_of,
 )
 from endpoint_runtime.transactions.base import as_delayed
-from endpoint_runtime.transport import PostgresTransport, sending
+from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 
 

@@ -37,11 +37,11 @@ from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.peeker import DeploymentStatus
 from endpoint_runtime.cli.common import positive_float, positive_int
 from endpoint_runtime.cli.run import _merged_transport
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.deployment import EndpointDeployment
 from endpoint_runtime.endpoint import load_endpoint
 from endpoint_runtime.errors import EndpointRuntimeError
 from endpoint_runtime.logging import configure_logging
-from endpoint_runtime.transport import PostgresTransport
 
 log = structlog.get_logger("endpoint_runtime.submit")
 

@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import pytest
 
+from endpoint_runtime.connecting import PostgresTransport, connect_pool
 from endpoint_runtime.embedded import resolve_dsn, with_database
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.transport import PostgresTransport, connect_pool, quote_identifier
+from endpoint_runtime.transport import quote_identifier
 
 _counter = itertools.count()
 

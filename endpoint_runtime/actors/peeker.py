@@ -32,6 +32,7 @@ from endpoint_runtime.actors.crash_ledger import (
 )
 from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
+from endpoint_runtime.connecting import connect_pool
 from endpoint_runtime.connection_budget import PEEKER_POOL_SIZE
 from endpoint_runtime.delayed.mover import DelayedMessageMover
 from endpoint_runtime.endpoint import load_endpoint
@@ -39,7 +40,7 @@ from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.metrics import RayMetrics
 from endpoint_runtime.outbox import OutboxCleaner, OutboxStorage
 from endpoint_runtime.settings import EndpointSettings
-from endpoint_runtime.transport import QueueAddress, connect_pool, receiving
+from endpoint_runtime.transport import QueueAddress, receiving
 from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.peeker")

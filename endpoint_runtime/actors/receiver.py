@@ -25,6 +25,7 @@ import structlog
 
 from endpoint_runtime.actors.crash_ledger import CrashLedger, DoomedMessages
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
+from endpoint_runtime.connecting import connect_pool
 from endpoint_runtime.connection_budget import receiver_pool_size
 from endpoint_runtime.delayed.store import CircuitBreakingStore
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
@@ -34,7 +35,6 @@ from endpoint_runtime.metrics import RayMetrics
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transactions.outbox import OutboxStrategy
-from endpoint_runtime.transport import connect_pool
 from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.receiver")

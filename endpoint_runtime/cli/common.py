@@ -6,9 +6,10 @@ import argparse
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.transport import queues as queue_tables
 
 PROG = "endpoint-runtime"

@@ -28,6 +28,7 @@ from endpoint_runtime.cli.common import (
     positive_int,
 )
 from endpoint_runtime.cli.common import printable as _printable
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.error_queue import (
     FailedMessage,
     delete_failed,
@@ -39,7 +40,6 @@ from endpoint_runtime.error_queue import (
 from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.messages import PoisonMessage, from_wire_time
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.transport import PostgresTransport
 
 DEFAULT_ERROR_QUEUE = "error"
 MESSAGE_COLUMN_WIDTH = 80

@@ -16,11 +16,11 @@ import msgspec
 
 from endpoint_runtime.cli.common import EXIT_OK, printable
 from endpoint_runtime.cli.run import _merged_transport
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.installation import EndpointTables, install
 from endpoint_runtime.privileges import grant_statements
 from endpoint_runtime.settings import EndpointSettings, TransportSettings
-from endpoint_runtime.transport import PostgresTransport
 
 
 def add_parsers(

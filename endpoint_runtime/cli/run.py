@@ -27,11 +27,12 @@ from endpoint_runtime.cli.common import (
     positive_float,
     positive_int,
 )
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.deployment import EndpointDeployment
 from endpoint_runtime.endpoint import load_endpoint
 from endpoint_runtime.errors import EndpointRuntimeError
 from endpoint_runtime.settings import TransportSettings, load_settings
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 
 log = structlog.get_logger("endpoint_runtime.cli")
 

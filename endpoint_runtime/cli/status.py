@@ -22,9 +22,10 @@ import asyncpg
 import msgspec
 
 from endpoint_runtime.cli.common import EXIT_OK, positive_float, printable
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 
 AUDIT_QUEUE = "audit"
 ERROR_QUEUE = "error"

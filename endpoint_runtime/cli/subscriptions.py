@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 
 from endpoint_runtime.cli.common import EXIT_FAILED, EXIT_OK, existing_queue, printable
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.subscriptions import subscription_store
-from endpoint_runtime.transport import PostgresTransport
 
 
 def add_parser(

@@ -11,153 +11,29 @@ Modules, in the order a message meets them:
   ``EXECUTE`` with literal values, so that they travel with BEGIN/COMMIT in one round trip
 - ``listening``: LISTEN connections that come back after a lost connection
 
-:class:`PostgresTransport` ties them to a connection pool for code that does not manage
-connections itself (CLI, scripts, the outside sender).
+The package imports nothing of ``endpoint_runtime`` but ``errors`` and ``messages``:
+:mod:`endpoint_runtime.connecting` (pools, :class:`~endpoint_runtime.connecting.PostgresTransport`)
+ties it to settings and to where the server comes from.
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
+import importlib
 from typing import Any
 
-import asyncpg
-
-from endpoint_runtime.embedded import redact_dsn, resolve_dsn
-from endpoint_runtime.errors import DatabaseUnavailableError
-from endpoint_runtime.messages import OutgoingMessage
-from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.transport import queues, receiving, sending
+from endpoint_runtime.transport import receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
-from endpoint_runtime.transport.connection import Home, QueueConnection
 from endpoint_runtime.transport.queues import QueueInfo
 
-__all__ = ["PostgresTransport", "QueueAddress", "QueueInfo", "connect_pool", "quote_identifier"]
+__all__ = ["QueueAddress", "QueueInfo", "quote_identifier", "receiving", "sending"]
+
+# Kept for code written against earlier versions (scripts, the examples): these two live in
+# ``endpoint_runtime.connecting`` now, loaded only when asked for, so that importing the
+# transport loads nothing above it.
+_MOVED = {"PostgresTransport", "connect_pool"}
 
 
-async def connect_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, **options: Any
-) -> asyncpg.Pool:
-    """An asyncpg pool of :class:`QueueConnection`; connection errors name the server with
-    its password hidden."""
-    options.setdefault("connection_class", QueueConnection)
-    home = Home()
-    user_init = options.pop("init", None)
-
-    async def init(connection: asyncpg.Connection) -> None:
-        if isinstance(connection, QueueConnection):
-            connection.home = home
-        if user_init is not None:
-            await user_init(connection)
-
-    try:
-        pool: asyncpg.Pool = await asyncpg.create_pool(
-            dsn or None, min_size=min_size, max_size=max_size, init=init, **options
-        )
-    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-        where = redact_dsn(dsn) if dsn else "the PG* environment"
-        raise DatabaseUnavailableError(
-            f"cannot connect to PostgreSQL at {where}: {type(exc).__name__}: "
-            f"{redact_dsn(str(exc))}"
-        ) from None
-    home.pool = pool
-    return pool
-
-
-class PostgresTransport:
-    """Queue operations over a pool.
-
-    Example::
-
-        async with PostgresTransport.connect(TransportSettings()) as transport:
-            await transport.create_queue("sales")
-            await transport.send("sales", outgoing)
-    """
-
-    def __init__(self, pool: asyncpg.Pool, settings: TransportSettings, dsn: str) -> None:
-        self.pool = pool
-        self.settings = settings
-        self.dsn = dsn
-
-    @classmethod
-    def connect(cls, settings: TransportSettings | None = None) -> _Connecting:
-        return _Connecting(settings or TransportSettings())
-
-    async def close(self) -> None:
-        await self.pool.close()
-
-    def address(self, queue: str | QueueAddress) -> QueueAddress:
-        if isinstance(queue, QueueAddress):
-            return queue
-        return QueueAddress.parse(queue, self.settings.schema)
-
-    async def create_queue(self, queue: str | QueueAddress) -> QueueAddress:
-        address = self.address(queue)
-        async with self.pool.acquire() as connection:
-            await queues.create_queue(
-                connection,
-                address,
-                body_string_column=self.settings.create_body_string_column,
-                notify_on_send=self.settings.notify_on_send,
-            )
-        return address
-
-    async def drop_queue(self, queue: str | QueueAddress) -> None:
-        await queues.drop_queue(self.pool, self.address(queue))
-
-    async def list_queues(self, schema: str | None = None) -> list[QueueInfo]:
-        return await queues.list_queues(self.pool, schema)
-
-    async def send(self, queue: str | QueueAddress, message: OutgoingMessage) -> None:
-        await sending.send(self.pool, self.address(queue), message)
-
-    async def send_many(
-        self, queue: str | QueueAddress, messages: Sequence[OutgoingMessage]
-    ) -> None:
-        await sending.send_many(self.pool, self.address(queue), messages)
-
-    async def receive(self, queue: str | QueueAddress) -> receiving.Received | None:
-        """Receive one message and commit the DELETE at once (at-most-once; for tools)."""
-        async with self.pool.acquire() as connection, connection.transaction():
-            return await receiving.receive(connection, self.address(queue))
-
-    async def peek(self, queue: str | QueueAddress) -> int:
-        return await receiving.peek(
-            self.pool, self.address(queue), self.settings.max_records_to_peek
-        )
-
-    async def depth(self, queue: str | QueueAddress) -> int:
-        return await queues.depth(self.pool, self.address(queue))
-
-    async def purge_expired(self, queue: str | QueueAddress) -> int:
-        return await queues.purge_expired(
-            self.pool, self.address(queue), self.settings.purge_batch_size
-        )
-
-    async def purge(self, queue: str | QueueAddress) -> int:
-        return await queues.purge(self.pool, self.address(queue))
-
-
-class _Connecting:
-    """``async with PostgresTransport.connect(...)``, or ``await`` it and close it yourself."""
-
-    def __init__(self, settings: TransportSettings) -> None:
-        self.settings = settings
-        self.transport: PostgresTransport | None = None
-
-    async def _open(self) -> PostgresTransport:
-        # Starting an embedded server blocks on subprocesses: keep the event loop free.
-        dsn = await asyncio.to_thread(resolve_dsn, self.settings.dsn)
-        pool = await connect_pool(dsn, max_size=self.settings.pool_max_size)
-        return PostgresTransport(pool, self.settings, dsn)
-
-    def __await__(self) -> Any:
-        return self._open().__await__()
-
-    async def __aenter__(self) -> PostgresTransport:
-        self.transport = await self._open()
-        return self.transport
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        if self.transport is not None:
-            await self.transport.close()
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        return getattr(importlib.import_module("endpoint_runtime.connecting"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.transport import PostgresTransport
 from tests.cluster.endpoints import Job
 from tests.cluster.nodes import LocalCluster
 

@@ -20,9 +20,10 @@ import ray
 from endpoint_runtime import EndpointDeployment, Sender, TransportSettings
 from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.peeker import DeploymentStatus
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 
 ENDPOINTS_MODULE = "tests.e2e.endpoints"
 PEEK_DELAY = 0.2

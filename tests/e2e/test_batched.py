@@ -6,9 +6,9 @@ import collections
 
 import pytest
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.recoverability import ErrorHeaders
-from endpoint_runtime.transport import PostgresTransport
 from tests.e2e.conftest import (
     Deployer,
     create_queues,

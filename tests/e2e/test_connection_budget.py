@@ -8,12 +8,12 @@ import re
 import pytest
 
 from endpoint_runtime import ConfigurationError, EndpointSettings, TransportSettings
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.connection_budget import (
     ConnectionBudget,
     ServerCapacity,
     server_capacity,
 )
-from endpoint_runtime.transport import PostgresTransport
 from tests.e2e.conftest import Deployer
 from tests.support.hardening_endpoints import wide
 

@@ -23,9 +23,9 @@ import structlog
 
 from endpoint_runtime import TransportSettings
 from endpoint_runtime.cli.common import EXIT_OK
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.embedded import with_database
 from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.transport import PostgresTransport
 from tests.e2e.conftest import (
     Deployer,
     count,

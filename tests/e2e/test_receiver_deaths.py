@@ -25,11 +25,11 @@ from endpoint_runtime.actors.crash_ledger import (
     read_ledger_on_node,
     remove_stale_ledgers,
 )
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.error_queue import list_failed, retry_failed
 from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders
-from endpoint_runtime.transport import PostgresTransport
 from tests.e2e.conftest import (
     Deployer,
     count,

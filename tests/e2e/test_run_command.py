@@ -27,8 +27,8 @@ import ray
 
 from endpoint_runtime import TransportSettings
 from endpoint_runtime.cli.common import EXIT_INTERRUPTED, EXIT_OK
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.transport import PostgresTransport
 from tests.e2e.conftest import count, queue_exists, wait_for
 from tests.support.cli import quiet_logging, run_cli, run_logs
 from tests.support.waking_endpoints import Nap

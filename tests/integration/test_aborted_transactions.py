@@ -11,11 +11,12 @@ from __future__ import annotations
 import pytest
 
 from endpoint_runtime import Endpoint
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.errors import TransactionAbortedError
 from endpoint_runtime.messages import TransportMessage
+from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders
-from endpoint_runtime.transport import PostgresTransport
 from tests.support import swallowing_endpoints
 from tests.support.swallowing_endpoints import Claim
 
@@ -28,8 +29,9 @@ async def prepare(transport: PostgresTransport, endpoint: Endpoint) -> None:
     await transport.pool.execute("CREATE TABLE claims (key integer PRIMARY KEY);"
                                  "INSERT INTO claims VALUES (1)")
     async with transport.pool.acquire() as connection:
-        if endpoint.outbox_storage is not None:
-            await endpoint.outbox_storage.setup(connection)
+        if endpoint.settings.outbox is not None:
+            await OutboxStorage.for_settings(endpoint.address, endpoint.settings).setup(
+                connection)
         assert endpoint.delayed_store is not None
         await endpoint.delayed_store.setup_infrastructure(connection)
 

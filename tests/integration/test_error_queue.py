@@ -9,6 +9,7 @@ import msgspec
 import pytest
 
 from endpoint_runtime import EndpointRuntimeError, QueueNotFoundError
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.error_queue import (
     delete_failed,
     error_copy,
@@ -20,7 +21,6 @@ from endpoint_runtime.error_queue import (
 from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders, Failure
-from endpoint_runtime.transport import PostgresTransport
 
 
 class Charge(msgspec.Struct):

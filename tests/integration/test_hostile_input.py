@@ -19,6 +19,7 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Endpoint
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.delayed.postgres import PostgresDelayedMessageStore
 from endpoint_runtime.errors import NotAQueueError, QueueNotFoundError
 from endpoint_runtime.messages import Headers, TransportMessage
@@ -27,13 +28,7 @@ from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import FAILURE_CACHE_SIZE, ErrorHeaders, FailedMessages
 from endpoint_runtime.serialization import MessageTypes
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.transport import (
-    PostgresTransport,
-    QueueAddress,
-    queue_tables,
-    quote_identifier,
-    sending,
-)
+from endpoint_runtime.transport import QueueAddress, queue_tables, quote_identifier, sending
 from endpoint_runtime.transport.connection import MAX_PREPARED_STATEMENTS
 from tests.support import reply_endpoints
 from tests.support.cli import Outcome, quiet_logging, run_cli
@@ -171,8 +166,9 @@ async def prepare_replier(transport: PostgresTransport, endpoint: Endpoint) -> N
         "CREATE TABLE accounting.ledger (LIKE orders);"
         "CREATE VIEW accounting.orders_view AS SELECT * FROM orders")
     async with transport.pool.acquire() as connection:
-        if endpoint.outbox_storage is not None:
-            await endpoint.outbox_storage.setup(connection)
+        if endpoint.settings.outbox is not None:
+            await OutboxStorage.for_settings(endpoint.address, endpoint.settings).setup(
+                connection)
         assert endpoint.delayed_store is not None
         await endpoint.delayed_store.setup_infrastructure(connection)
 

@@ -8,11 +8,12 @@ import uuid
 import msgspec
 
 from endpoint_runtime import Endpoint
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.ingestion import IngestionEndpoint
 from endpoint_runtime.messages import Headers, encode_headers, from_wire_time
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 from tests.integration.test_publish_subscribe import drain, prepare
 from tests.support import pubsub_endpoints
 from tests.support.pubsub_endpoints import PlaceOrder

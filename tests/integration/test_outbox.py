@@ -10,13 +10,14 @@ import asyncpg
 import pytest
 
 from endpoint_runtime import ConfigurationError, Endpoint, TransactionMode
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import Headers, TransportMessage
-from endpoint_runtime.outbox import OutboxCleaner
+from endpoint_runtime.outbox import OutboxCleaner, OutboxStorage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.outbox import OutboxStrategy
 from endpoint_runtime.transactions.single import end_carried_transaction
-from endpoint_runtime.transport import PostgresTransport, quote_identifier
+from endpoint_runtime.transport import quote_identifier
 from tests.support.outbox_endpoints import HELD_INVOICE_LOCK, PayInvoice, make
 from tests.support.outbox_endpoints import optimistic as optimistic_endpoint
 from tests.support.outbox_endpoints import pessimistic as pessimistic_endpoint
@@ -27,9 +28,9 @@ async def prepare(transport: PostgresTransport, endpoint: Endpoint) -> OutboxStr
         await transport.create_queue(queue)
     await transport.pool.execute("CREATE TABLE IF NOT EXISTS paid_invoices (invoice text)")
     async with transport.pool.acquire() as connection:
-        assert endpoint.outbox_storage is not None
-        await endpoint.outbox_storage.setup(connection)
-        await endpoint.outbox_storage.setup(connection)  # idempotent
+        storage = OutboxStorage.for_settings(endpoint.address, endpoint.settings)
+        await storage.setup(connection)
+        await storage.setup(connection)  # idempotent
         assert endpoint.delayed_store is not None
         await endpoint.delayed_store.setup_infrastructure(connection)
     strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
@@ -182,8 +183,8 @@ async def test_cleanup_removes_only_old_dispatched_records_in_batches(
     transport: PostgresTransport,
 ) -> None:
     await prepare(transport, optimistic_endpoint)
-    storage = optimistic_endpoint.outbox_storage
-    assert storage is not None
+    storage = OutboxStorage.for_settings(optimistic_endpoint.address,
+                                         optimistic_endpoint.settings)
     table = storage.table.qualified
     await transport.pool.execute(f"""
         INSERT INTO {table} (message_id, dispatched, dispatched_at, persistence_version)
@@ -202,8 +203,8 @@ async def test_cleanup_removes_only_old_dispatched_records_in_batches(
 
 async def test_only_one_instance_cleans_at_a_time(transport: PostgresTransport) -> None:
     await prepare(transport, optimistic_endpoint)
-    storage = optimistic_endpoint.outbox_storage
-    assert storage is not None
+    storage = OutboxStorage.for_settings(optimistic_endpoint.address,
+                                         optimistic_endpoint.settings)
     cleaner = OutboxCleaner(storage, transport.pool, OutboxSettings(), lambda m, e: None)
     holder: asyncpg.Connection
     async with transport.pool.acquire() as holder:
@@ -219,8 +220,8 @@ async def test_the_cleaner_raises_the_critical_error_after_ten_failed_rounds_in_
     """A cleanup that fails (its table is gone) raises the critical error at its tenth failed
     round in a row, not before; a round that succeeds starts the count again."""
     await prepare(transport, optimistic_endpoint)
-    storage = optimistic_endpoint.outbox_storage
-    assert storage is not None
+    storage = OutboxStorage.for_settings(optimistic_endpoint.address,
+                                         optimistic_endpoint.settings)
     here, away = storage.table.qualified, '"public"."outbox_away"'
     succeeding_rounds = {8, 19}  # every other round finds no table and fails
     rounds = 0

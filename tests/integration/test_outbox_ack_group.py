@@ -6,13 +6,13 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transactions.outbox import OutboxStrategy
-from endpoint_runtime.transport import PostgresTransport
 from tests.integration.test_outbox import counts, drain, prepare
 from tests.support.expiry import send_expiring, wait_until_expired
 from tests.support.outbox_endpoints import PayInvoice, receipts

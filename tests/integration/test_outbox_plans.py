@@ -13,8 +13,9 @@ from typing import Any
 import asyncpg
 import pytest
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.outbox import OutboxStorage
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 
 RECORDS = 3_000
 PLAN_MODES = ("force_generic_plan", "force_custom_plan")

@@ -10,14 +10,16 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Endpoint, Sender, TransportSettings
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import Headers, MessageIntent, TransportMessage, from_wire_time
+from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.subscriptions import (
     SubscriptionStore,
     subscribe_to_handled_types,
     topics_of,
 )
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 from tests.support import pubsub_endpoints
 from tests.support.pubsub_endpoints import (
     PUBLISHERS,
@@ -42,8 +44,9 @@ async def prepare(transport: PostgresTransport, *endpoints: Endpoint) -> None:
         for endpoint in endpoints:
             assert endpoint.delayed_store is not None
             await endpoint.delayed_store.setup_infrastructure(connection)
-            if endpoint.outbox_storage is not None:
-                await endpoint.outbox_storage.setup(connection)
+            if endpoint.settings.outbox is not None:
+                await OutboxStorage.for_settings(endpoint.address, endpoint.settings).setup(
+                    connection)
         for endpoint in SUBSCRIBERS:
             await subscribe_to_handled_types(connection, endpoint.subscriptions, endpoint.name,
                                              endpoint.address, endpoint.registry.handled_types)

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from endpoint_runtime.cli.status import collect, render
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import Headers, to_wire_time
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders
-from endpoint_runtime.transport import PostgresTransport
 from tests.integration import test_cli
 from tests.integration.test_cli import Cli, Database
 from tests.integration.test_ingestion import ingest
