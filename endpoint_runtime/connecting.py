@@ -20,7 +20,7 @@ from endpoint_runtime.messages import OutgoingMessage
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import queues, receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import Home, QueueConnection
+from endpoint_runtime.transport.connection import DatabaseConnection, Home, QueueConnection
 from endpoint_runtime.transport.queues import QueueInfo
 
 __all__ = ["PostgresTransport", "connect_pool"]
@@ -35,7 +35,7 @@ async def connect_pool(
     home = Home()
     user_init = options.pop("init", None)
 
-    async def init(connection: asyncpg.Connection) -> None:
+    async def init(connection: DatabaseConnection) -> None:
         if isinstance(connection, QueueConnection):
             connection.home = home
         if user_init is not None:

@@ -18,11 +18,11 @@ Example::
 
 from __future__ import annotations
 
-import asyncpg
 import msgspec
 
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 PEEKER_POOL_SIZE = 4
 """Connections of the peeker's pool (peeks, the delayed-message mover, the outbox cleaner)."""
@@ -77,7 +77,7 @@ SELECT current_setting('max_connections')::int AS max_connections,
 """
 
 
-async def server_capacity(connection: asyncpg.Connection) -> ServerCapacity:
+async def server_capacity(connection: DatabaseConnection) -> ServerCapacity:
     """What the server has left for new client connections (``connection`` not counted)."""
     row = await connection.fetchrow(CAPACITY_QUERY)
     assert row is not None
@@ -85,7 +85,7 @@ async def server_capacity(connection: asyncpg.Connection) -> ServerCapacity:
 
 
 async def check_connection_budget(
-    connection: asyncpg.Connection, settings: EndpointSettings, *, endpoint: str
+    connection: DatabaseConnection, settings: EndpointSettings, *, endpoint: str
 ) -> None:
     """Raise :class:`ConfigurationError` when the deployment's worst case does not fit in what
     the server has left. Reserved slots count as taken even for a superuser: they are what

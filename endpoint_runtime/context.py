@@ -11,11 +11,10 @@ Example::
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 
-import asyncpg
 import msgspec
 import structlog
 
@@ -32,7 +31,14 @@ from endpoint_runtime.messages import (
 from endpoint_runtime.outgoing import MACHINE, create_outgoing
 from endpoint_runtime.subscriptions import SubscriptionStore, enclosed_types, topics_of
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection
 from endpoint_runtime.transport.queue_tables import ensure_queue_table
+
+if TYPE_CHECKING:  # the transactions package gives handlers these; it imports this module
+    from endpoint_runtime.transactions.connections import (
+        LazySavepointConnection,
+        OpenTransactionConnection,
+    )
 
 log = structlog.get_logger("endpoint_runtime.context")
 
@@ -121,12 +127,13 @@ class HandlerContext:
         self.processing_ended: float | None = None
 
     @property
-    def connection(self) -> asyncpg.Connection:  # a LazySavepointConnection quacks alike
+    def connection(self) -> DatabaseConnection:
         """The receive transaction's connection: write business data here so it commits or
         rolls back with the message. Never commit or roll it back yourself."""
         if self._connection is None:
             raise EndpointRuntimeError("this context has no database connection")
-        return self._connection
+        # The transactions package's savepoint proxies forward every connection method.
+        return cast("DatabaseConnection", self._connection)
 
     def connection_lost(self) -> bool:
         """Whether the handlers' database connection is gone: a failure of the transport,
@@ -292,89 +299,6 @@ class HandlerContext:
         self._sent.add(key)  # only once written (or buffered): a failed send may be repeated
 
 
-_QUERY_METHODS = frozenset({
-    "execute", "executemany", "fetch", "fetchrow", "fetchval", "fetchmany", "prepare",
-    "copy_from_query", "copy_from_table", "copy_records_to_table", "copy_to_table",
-})
-
-
 HandlerConnection: TypeAlias = (
-    "asyncpg.Connection | LazySavepointConnection | OpenTransactionConnection"
+    "DatabaseConnection | LazySavepointConnection | OpenTransactionConnection"
 )
-
-
-class LazySavepointConnection:
-    """A connection whose first query first runs ``ensure_savepoint``.
-
-    Batched receive handles many messages in one transaction; each message's database work
-    must be undoable on its own. A savepoint per message would cost two round trips even for
-    handlers that never touch the database, so it is taken on first use instead.
-    """
-
-    def __init__(
-        self, connection: asyncpg.Connection, ensure_savepoint: Callable[[], Awaitable[None]]
-    ) -> None:
-        self._connection = connection
-        self._ensure_savepoint = ensure_savepoint
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._connection, name)
-        if name not in _QUERY_METHODS:
-            return attribute
-
-        async def query(*args: Any, **kwargs: Any) -> Any:
-            await self._ensure_savepoint()
-            return await attribute(*args, **kwargs)
-
-        return query
-
-    def transaction(self, **options: Any) -> Any:
-        return _SavepointFirst(self, options)
-
-
-class _SavepointFirst:
-    def __init__(self, proxy: LazySavepointConnection, options: dict[str, Any]) -> None:
-        self._proxy = proxy
-        self._options = options
-        self._inner: Any = None
-
-    async def __aenter__(self) -> Any:
-        await self._proxy._ensure_savepoint()
-        self._inner = self._proxy._connection.transaction(**self._options)
-        return await self._inner.__aenter__()
-
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        return await self._inner.__aexit__(*exc_info)
-
-
-class OpenTransactionConnection:
-    """A connection whose transaction was opened with a plain ``BEGIN`` (the outbox sends
-    BEGIN together with its look-up). asyncpg does not know of such a transaction, so
-    ``transaction()`` is served here as a SAVEPOINT, as it would be in any other mode."""
-
-    def __init__(self, connection: asyncpg.Connection) -> None:
-        self._connection = connection
-        self._savepoints = 0
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._connection, name)
-
-    def transaction(self, **options: Any) -> Any:
-        self._savepoints += 1
-        return _ExplicitSavepoint(self._connection, f"endpoint_runtime_{self._savepoints}")
-
-
-class _ExplicitSavepoint:
-    def __init__(self, connection: asyncpg.Connection, name: str) -> None:
-        self._connection = connection
-        self._name = name
-
-    async def __aenter__(self) -> _ExplicitSavepoint:
-        await self._connection.execute(f"SAVEPOINT {self._name}")
-        return self
-
-    async def __aexit__(self, exc_type: object, *exc_info: object) -> None:
-        if exc_type is None:
-            await self._connection.execute(f"RELEASE SAVEPOINT {self._name}")
-        else:
-            await self._connection.execute(f"ROLLBACK TO SAVEPOINT {self._name}")

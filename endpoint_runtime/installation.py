@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import asyncpg
 import msgspec
 
 from endpoint_runtime.connecting import PostgresTransport
@@ -26,6 +25,7 @@ from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.subscriptions import subscription_store
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 if TYPE_CHECKING:
     from endpoint_runtime.endpoint import Endpoint
@@ -87,7 +87,7 @@ async def install(transport: PostgresTransport, endpoint: Endpoint,
             await subscription_store(settings.transport).setup(connection)
 
 
-async def check_installed(connection: asyncpg.Connection, tables: EndpointTables,
+async def check_installed(connection: DatabaseConnection, tables: EndpointTables,
                           endpoint: str) -> None:
     """Fail with a :class:`ConfigurationError` naming every table of ``tables`` that does
     not exist (the check of a deployment without installers; it runs no DDL)."""

@@ -23,7 +23,7 @@ from endpoint_runtime.messages import OutgoingMessage
 from endpoint_runtime.settings import EndpointSettings, OutboxSettings
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
-from endpoint_runtime.transport.connection import prepared_name
+from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
 from endpoint_runtime.transport.literals import text_literal
 from endpoint_runtime.transport.queues import ddl_lock
 
@@ -102,7 +102,7 @@ class OutboxStorage:
         }
         return {name: text.format(**names) for name, text in sql.load("outbox.sql").items()}
 
-    async def setup(self, connection: asyncpg.Connection) -> None:
+    async def setup(self, connection: DatabaseConnection) -> None:
         async with ddl_lock(connection):
             await connection.execute(statements.for_queue(self.table)["create_schema"])
             await connection.execute(self.sql["create_table"])
@@ -118,13 +118,13 @@ class OutboxStorage:
             self._receive_statements[queue] = statement
         return statement
 
-    async def look_up(self, connection: asyncpg.Connection, message_id: str, *,
+    async def look_up(self, connection: DatabaseConnection, message_id: str, *,
                       begin: str | None) -> bool:
         """Whether ``message_id`` is recorded; ``begin`` (if any) goes in the same query."""
         return await self._execute(connection, "look_up", [message_id], before=begin) \
             == "SELECT 1"
 
-    async def claim(self, connection: asyncpg.Connection, message_id: str, *,
+    async def claim(self, connection: DatabaseConnection, message_id: str, *,
                     begin: str) -> bool:
         """Pessimistic: ``begin`` and insert the placeholder record of ``message_id``; a
         concurrent duplicate blocks until the first commits. ``False`` when it was recorded."""
@@ -133,7 +133,7 @@ class OutboxStorage:
         return status == "INSERT 0 1"
 
     async def record_and_commit(
-        self, connection: asyncpg.Connection, message_id: str, operations: str, *,
+        self, connection: DatabaseConnection, message_id: str, operations: str, *,
         pessimistic: bool, dispatched: bool = False, then: str = "COMMIT",
     ) -> None:
         """Store (optimistic) or complete (pessimistic) the record, then ``then`` (COMMIT,
@@ -148,7 +148,7 @@ class OutboxStorage:
                                 [message_id, PERSISTENCE_VERSION, operations, flag], then=then)
 
     async def _execute(
-        self, connection: asyncpg.Connection, block: str, values: list[str], *,
+        self, connection: DatabaseConnection, block: str, values: list[str], *,
         before: str | None = None, then: str | None = None,
     ) -> str:
         """``before``; the statement ``block`` with ``values``; ``then``: as one simple query

@@ -29,6 +29,7 @@ from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+from endpoint_runtime.transport.connection import DatabaseConnection
 from endpoint_runtime.transport.queues import ddl_lock
 from endpoint_runtime.transport.sending import Executor
 
@@ -79,7 +80,7 @@ class SubscriptionStore:
         names = {"table": self.table.qualified, "schema": quote_identifier(self.table.schema)}
         return {name: text.format(**names) for name, text in sql.load("subscriptions.sql").items()}
 
-    async def setup(self, connection: asyncpg.Connection) -> None:
+    async def setup(self, connection: DatabaseConnection) -> None:
         """Create the table if it does not exist (idempotent, safe to run concurrently)."""
         async with ddl_lock(connection):
             await connection.execute(
@@ -132,7 +133,7 @@ def subscription_store(settings: TransportSettings) -> SubscriptionStore:
 
 
 async def subscribe_to_handled_types(
-    connection: asyncpg.Connection, store: SubscriptionStore, endpoint: str,
+    connection: DatabaseConnection, store: SubscriptionStore, endpoint: str,
     queue: QueueAddress, message_types: Iterable[type[msgspec.Struct]], *, install: bool = True,
 ) -> None:
     """Auto-subscribe (at the start of a deployment): one subscription per handled type, on

@@ -27,6 +27,7 @@ from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.settings import DelayedDeliverySettings
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection
 from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.delayed")
@@ -164,7 +165,7 @@ class DelayedMessageMover:
             next_due = await self.store.next_due_in(connection)
         return moved, next_due
 
-    async def _dispatch(self, connection: asyncpg.Connection, message: DelayedMessage) -> bool:
+    async def _dispatch(self, connection: DatabaseConnection, message: DelayedMessage) -> bool:
         """Dispatch one message, or count its failure; ``False``: it stays in the store."""
         try:
             async with connection.transaction():  # savepoint: a failure undoes only this one
@@ -198,7 +199,7 @@ class DelayedMessageMover:
         return False
 
     async def _move_to_error_queue(
-        self, connection: asyncpg.Connection, message: DelayedMessage, exc: Exception
+        self, connection: DatabaseConnection, message: DelayedMessage, exc: Exception
     ) -> None:
         await error_queue.move_undeliverable(connection, self._error_address, message, exc,
                                              self._endpoint)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import functools
 
-import asyncpg
-
 from endpoint_runtime.delayed.store import DelayedMessage
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+from endpoint_runtime.transport.connection import DatabaseConnection
 from endpoint_runtime.transport.literals import text_literal
 from endpoint_runtime.transport.queues import ddl_lock
 
@@ -49,7 +48,7 @@ class PostgresDelayedMessageStore:
     def notify_channel(self) -> str | None:
         return self.table.notify_channel
 
-    async def setup_infrastructure(self, connection: asyncpg.Connection) -> None:
+    async def setup_infrastructure(self, connection: DatabaseConnection) -> None:
         async with ddl_lock(connection):
             await connection.execute(statements.for_queue(self.table)["create_schema"])
             await connection.execute(statements.for_queue(self.table)["create_notify_function"])
@@ -58,13 +57,13 @@ class PostgresDelayedMessageStore:
             await connection.execute(self._sql["create_due_index"])
             await connection.execute(self._sql["create_notify_trigger"])
 
-    async def store(self, connection: asyncpg.Connection, message: DelayedMessage) -> None:
+    async def store(self, connection: DatabaseConnection, message: DelayedMessage) -> None:
         await connection.execute(
             self._sql["store"], message.id, message.destination, message.due, message.headers,
             message.body,
         )
 
-    async def fetch_next_due(self, connection: asyncpg.Connection) -> DelayedMessage | None:
+    async def fetch_next_due(self, connection: DatabaseConnection) -> DelayedMessage | None:
         row = await connection.fetchrow(self._sql["fetch_next_due"])
         if row is None:
             return None
@@ -73,20 +72,20 @@ class PostgresDelayedMessageStore:
             headers=row["headers"], body=bytes(row["body"] or b""), failures=row["failures"],
         )
 
-    async def remove(self, connection: asyncpg.Connection, message: DelayedMessage) -> bool:
+    async def remove(self, connection: DatabaseConnection, message: DelayedMessage) -> bool:
         status: str = await connection.execute(
             self._sql["remove"], message.id, message.destination
         )
         return status.endswith(" 1")
 
     async def increment_failure_count(
-        self, connection: asyncpg.Connection, message: DelayedMessage
+        self, connection: DatabaseConnection, message: DelayedMessage
     ) -> bool:
         status: str = await connection.execute(
             self._sql["increment_failure_count"], message.id, message.destination
         )
         return status.endswith(" 1")
 
-    async def next_due_in(self, connection: asyncpg.Connection) -> float | None:
+    async def next_due_in(self, connection: DatabaseConnection) -> float | None:
         seconds: float | None = await connection.fetchval(self._sql["next_due"])
         return seconds

@@ -11,10 +11,10 @@ import uuid
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-import asyncpg
 import msgspec
 
 from endpoint_runtime.circuit_breakers import CircuitBreaker
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 
 class DelayedMessage(msgspec.Struct, kw_only=True):
@@ -33,27 +33,27 @@ class DelayedMessage(msgspec.Struct, kw_only=True):
 class DelayedMessageStore(Protocol):
     """Where delayed messages wait. Implement it to plug in a store of your own."""
 
-    async def setup_infrastructure(self, connection: asyncpg.Connection) -> None:
+    async def setup_infrastructure(self, connection: DatabaseConnection) -> None:
         """Create tables and indexes if they do not exist (idempotent)."""
 
-    async def store(self, connection: asyncpg.Connection, message: DelayedMessage) -> None:
+    async def store(self, connection: DatabaseConnection, message: DelayedMessage) -> None:
         """Keep ``message`` until it is due (in the connection's transaction, if any)."""
 
-    async def fetch_next_due(self, connection: asyncpg.Connection) -> DelayedMessage | None:
+    async def fetch_next_due(self, connection: DatabaseConnection) -> DelayedMessage | None:
         """The next due message, locked so that no other instance dispatches it, or ``None``.
 
         Called inside a transaction that the caller commits after dispatch and removal.
         """
 
-    async def remove(self, connection: asyncpg.Connection, message: DelayedMessage) -> bool:
+    async def remove(self, connection: DatabaseConnection, message: DelayedMessage) -> bool:
         """Delete a dispatched message; ``False`` when it was already gone."""
 
     async def increment_failure_count(
-        self, connection: asyncpg.Connection, message: DelayedMessage
+        self, connection: DatabaseConnection, message: DelayedMessage
     ) -> bool:
         """Count a failed dispatch; ``False`` when the message was already gone."""
 
-    async def next_due_in(self, connection: asyncpg.Connection) -> float | None:
+    async def next_due_in(self, connection: DatabaseConnection) -> float | None:
         """Seconds until the earliest due message by the store's clock; ``None`` if empty."""
 
     @property
@@ -74,10 +74,10 @@ class CircuitBreakingStore:
     def notify_channel(self) -> str | None:
         return self.inner.notify_channel
 
-    async def setup_infrastructure(self, connection: asyncpg.Connection) -> None:
+    async def setup_infrastructure(self, connection: DatabaseConnection) -> None:
         await self.inner.setup_infrastructure(connection)
 
-    async def store(self, connection: asyncpg.Connection, message: DelayedMessage) -> None:
+    async def store(self, connection: DatabaseConnection, message: DelayedMessage) -> None:
         try:
             await self.inner.store(connection, message)
         except Exception as exc:
@@ -85,16 +85,16 @@ class CircuitBreakingStore:
             raise
         self.breaker.success()
 
-    async def fetch_next_due(self, connection: asyncpg.Connection) -> DelayedMessage | None:
+    async def fetch_next_due(self, connection: DatabaseConnection) -> DelayedMessage | None:
         return await self.inner.fetch_next_due(connection)
 
-    async def remove(self, connection: asyncpg.Connection, message: DelayedMessage) -> bool:
+    async def remove(self, connection: DatabaseConnection, message: DelayedMessage) -> bool:
         return await self.inner.remove(connection, message)
 
     async def increment_failure_count(
-        self, connection: asyncpg.Connection, message: DelayedMessage
+        self, connection: DatabaseConnection, message: DelayedMessage
     ) -> bool:
         return await self.inner.increment_failure_count(connection, message)
 
-    async def next_due_in(self, connection: asyncpg.Connection) -> float | None:
+    async def next_due_in(self, connection: DatabaseConnection) -> float | None:
         return await self.inner.next_due_in(connection)

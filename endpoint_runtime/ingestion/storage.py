@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import functools
 
-import asyncpg
-
 from endpoint_runtime.ingestion.records import AuditRecord, ErrorRecord, columns, error_record
 from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+from endpoint_runtime.transport.connection import DatabaseConnection
 from endpoint_runtime.transport.queues import ddl_lock
 
 AUDIT_FIELDS = tuple(AuditRecord.__struct_fields__)
@@ -49,26 +48,26 @@ class OperationalData:
         names = {**self._names, "error_queue": "{error_queue}"}
         return {name: text.format(**names) for name, text in sql.load("ingestion.sql").items()}
 
-    async def setup(self, connection: asyncpg.Connection) -> None:
+    async def setup(self, connection: DatabaseConnection) -> None:
         """Create the tables if they do not exist (idempotent, safe to run concurrently)."""
         async with ddl_lock(connection):
             await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(self.schema)}")
             await connection.execute(self.sql["create_tables"])
 
     async def insert_audit(
-        self, connection: asyncpg.Connection, records: list[AuditRecord]
+        self, connection: DatabaseConnection, records: list[AuditRecord]
     ) -> None:
         if records:
             await connection.execute(self.sql["insert_audit"], *columns(records, AUDIT_FIELDS))
 
     async def insert_errors(
-        self, connection: asyncpg.Connection, records: list[ErrorRecord]
+        self, connection: DatabaseConnection, records: list[ErrorRecord]
     ) -> None:
         if records:
             await connection.execute(self.sql["insert_errors"], *columns(records, ERROR_FIELDS))
 
     async def record_error_queue(
-        self, connection: asyncpg.Connection, error_queue: QueueAddress
+        self, connection: DatabaseConnection, error_queue: QueueAddress
     ) -> int | None:
         """Record the error queue's rows not recorded yet, leaving them where they are (so
         ``errors retry`` still finds them); returns how many were read, or ``None`` when
@@ -89,7 +88,7 @@ class OperationalData:
                 await connection.execute(self.sql["set_progress"], source, rows[-1]["seq"])
             return len(rows)
 
-    async def clean_up(self, connection: asyncpg.Connection, keep_seconds: float) -> None:
+    async def clean_up(self, connection: DatabaseConnection, keep_seconds: float) -> None:
         """Delete rows ingested more than ``keep_seconds`` ago (up to 10,000 per table)."""
         await connection.execute(self.sql["clean_audit_log"], keep_seconds)
         await connection.execute(self.sql["clean_error_log"], keep_seconds)

@@ -8,13 +8,12 @@ transaction: nothing is dropped and nothing stops ingestion.
 
 from __future__ import annotations
 
-import asyncpg
-
 from endpoint_runtime.ingestion.records import records_of
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.transactions.base import EMPTY, ReceiveSlot, Round
 from endpoint_runtime.transport import receiving
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 
 class IngestionStrategy:
@@ -23,14 +22,14 @@ class IngestionStrategy:
         self.data = data
         self.batch_size = batch_size
 
-    def open_slot(self, connection: asyncpg.Connection) -> IngestionSlot:
+    def open_slot(self, connection: DatabaseConnection) -> IngestionSlot:
         return IngestionSlot(self, connection)
 
 
 class IngestionSlot(ReceiveSlot):
     """A slot of ingestion rounds; each commits its batch, nothing is carried over."""
 
-    def __init__(self, strategy: IngestionStrategy, connection: asyncpg.Connection) -> None:
+    def __init__(self, strategy: IngestionStrategy, connection: DatabaseConnection) -> None:
         super().__init__(connection)
         self._strategy = strategy
 

@@ -15,6 +15,7 @@ from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.messages import OutgoingMessage, encode_headers
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 
 class Round(msgspec.Struct):
@@ -44,7 +45,7 @@ class ReceiveSlot:
                 pass
     """
 
-    def __init__(self, connection: asyncpg.Connection) -> None:
+    def __init__(self, connection: DatabaseConnection) -> None:
         self.connection = connection
         self._closed = False
 
@@ -70,7 +71,7 @@ class ReceiveSlot:
 class ReceiveStrategy(Protocol):
     """A transaction mode's shape of the receive: opens a :class:`ReceiveSlot` per slot."""
 
-    def open_slot(self, connection: asyncpg.Connection) -> ReceiveSlot: ...
+    def open_slot(self, connection: DatabaseConnection) -> ReceiveSlot: ...
 
 
 def as_delayed(address: QueueAddress, message: OutgoingMessage, due: datetime) -> DelayedMessage:
@@ -130,7 +131,7 @@ class BufferedDispatcher:
         self.pending.extend(other.pending)
         self.pending_delayed.extend(other.pending_delayed)
 
-    async def flush_before_commit(self, connection: asyncpg.Connection) -> str:
+    async def flush_before_commit(self, connection: DatabaseConnection) -> str:
         """Like :meth:`flush`, but the messages are not written now: they come back as
         statements to send with the COMMIT, in one simple query (a round trip saved). If any
         message cannot go that way, all are written now, so that the messages to one queue
@@ -147,7 +148,7 @@ class BufferedDispatcher:
             await self.flush(connection)
         return "; ".join(sends)
 
-    async def flush(self, connection: asyncpg.Connection) -> None:
+    async def flush(self, connection: DatabaseConnection) -> None:
         if len(self.pending) == 1 and not self.pending_delayed:  # the common case
             address, message = self.pending[0]
             await sending.send(connection, address, message)

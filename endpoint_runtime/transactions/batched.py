@@ -16,15 +16,16 @@ import contextlib
 
 import asyncpg
 
-from endpoint_runtime.context import LazySavepointConnection
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Outcome, Pipeline
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ReceiveSlot, Round
+from endpoint_runtime.transactions.connections import LazySavepointConnection
 from endpoint_runtime.transactions.single import (
     SingleMessageStrategy,
     end_carried_transaction,
 )
 from endpoint_runtime.transport import receiving
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 MESSAGE_SAVEPOINT = "endpoint_runtime_message"
 
@@ -36,10 +37,10 @@ class BatchedAtomicStrategy:
         self.batch_size = batch_size
         self.one_by_one = SingleMessageStrategy(pipeline, pool, sends_atomic=True)
 
-    def open_slot(self, connection: asyncpg.Connection) -> BatchedSlot:
+    def open_slot(self, connection: DatabaseConnection) -> BatchedSlot:
         return BatchedSlot(self, connection)
 
-    async def receive_batch(self, connection: asyncpg.Connection) -> Round:
+    async def receive_batch(self, connection: DatabaseConnection) -> Round:
         """One batch in one transaction; a failure to commit it is raised, rolled back."""
         # One by one, each COMMIT began the next transaction: end it before the batch's own.
         await end_carried_transaction(connection)
@@ -58,7 +59,7 @@ class BatchedAtomicStrategy:
         return result
 
     async def _process_batch(
-        self, connection: asyncpg.Connection
+        self, connection: DatabaseConnection
     ) -> tuple[Round, list[TransportMessage]]:
         pipeline = self._pipeline
         batch = await receiving.receive_batch(connection, pipeline.local_address, self.batch_size)
@@ -85,7 +86,7 @@ class BatchedAtomicStrategy:
         return Round(taken=len(batch), handled=len(handled), failed=failed), handled
 
     async def _process_one(
-        self, connection: asyncpg.Connection, received: TransportMessage | PoisonMessage,
+        self, connection: DatabaseConnection, received: TransportMessage | PoisonMessage,
         outgoing: BufferedDispatcher,
     ) -> Outcome:
         """One message of the batch, its database work in a savepoint taken on first use: a
@@ -121,7 +122,7 @@ class BatchedSlot(ReceiveSlot):
     """A slot of batches; after a batch that could not commit, its next ``batch_size`` rounds
     go one message at a time, so that the failure is charged to the message that caused it."""
 
-    def __init__(self, strategy: BatchedAtomicStrategy, connection: asyncpg.Connection) -> None:
+    def __init__(self, strategy: BatchedAtomicStrategy, connection: DatabaseConnection) -> None:
         super().__init__(connection)
         self._strategy = strategy
         self._one_by_one = strategy.one_by_one.open_slot(connection)

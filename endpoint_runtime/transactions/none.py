@@ -17,6 +17,7 @@ from endpoint_runtime.pipeline import Outcome, Pipeline
 from endpoint_runtime.transactions.base import EMPTY, ImmediateDispatcher, ReceiveSlot, Round
 from endpoint_runtime.transactions.single import FAILED_ROUND, HANDLED_ROUND
 from endpoint_runtime.transport import receiving
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 
 class NoTransactionStrategy:
@@ -25,14 +26,14 @@ class NoTransactionStrategy:
         self.pool = pool
         self.dispatcher = ImmediateDispatcher(pool, pipeline.delayed_store)
 
-    def open_slot(self, connection: asyncpg.Connection) -> NoTransactionSlot:
+    def open_slot(self, connection: DatabaseConnection) -> NoTransactionSlot:
         return NoTransactionSlot(self, connection)
 
 
 class NoTransactionSlot(ReceiveSlot):
     """A slot that carries nothing between rounds: each DELETE commits at once."""
 
-    def __init__(self, strategy: NoTransactionStrategy, connection: asyncpg.Connection) -> None:
+    def __init__(self, strategy: NoTransactionStrategy, connection: DatabaseConnection) -> None:
         super().__init__(connection)
         self._strategy = strategy
 

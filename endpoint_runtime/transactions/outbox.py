@@ -30,8 +30,9 @@ from collections.abc import Iterable
 
 import asyncpg
 import structlog
+from asyncpg.pool import PoolConnectionProxy
 
-from endpoint_runtime.context import OpenTransactionConnection, parse_address
+from endpoint_runtime.context import parse_address
 from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.messages import (
     OutgoingMessage,
@@ -56,6 +57,7 @@ from endpoint_runtime.transactions.base import (
     Round,
     as_delayed,
 )
+from endpoint_runtime.transactions.connections import OpenTransactionConnection
 from endpoint_runtime.transactions.single import (
     FAILED_ROUND,
     begin_unless_carried,
@@ -67,7 +69,7 @@ from endpoint_runtime.transactions.single import (
 )
 from endpoint_runtime.transport import receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import prepared_name
+from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
 from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
 from endpoint_runtime.transport.receiving import Received
 from endpoint_runtime.transport.sending import STATEMENT_SIZE_LIMIT, row_id
@@ -93,7 +95,7 @@ class OutboxStrategy:
         self.handler_runs = 0
         self.duplicates = 0
 
-    def open_slot(self, connection: asyncpg.Connection) -> OutboxSlot:
+    def open_slot(self, connection: DatabaseConnection) -> OutboxSlot:
         return OutboxSlot(self, connection)
 
     async def run_round(self, slot: OutboxSlot) -> Round:
@@ -131,7 +133,7 @@ class OutboxStrategy:
         return settled(pipeline, received, outcome)
 
     async def _receive(
-        self, connection: asyncpg.Connection, address: QueueAddress
+        self, connection: DatabaseConnection, address: QueueAddress
     ) -> tuple[Received | None, bool | None]:
         """The message and, when the receive could look its id up (optimistic mode, headers
         that carry it in this runtime's own form: a round trip saved), whether the outbox has
@@ -166,7 +168,7 @@ class OutboxStrategy:
         return Outcome.HANDLED
 
     async def _run_handlers(
-        self, message: TransportMessage, business: asyncpg.Connection, recorded: bool | None
+        self, message: TransportMessage, business: DatabaseConnection, recorded: bool | None
     ) -> bool | None:
         """The business transaction: handlers and the outbox record commit together; then,
         in the same round trip, the dispatch when it can go there.
@@ -238,7 +240,7 @@ class OutboxStrategy:
         self.duplicates += 1
         log.info("outbox_duplicate", concurrency=concurrency)
 
-    async def _committed(self, business: asyncpg.Connection, message_id: str) -> bool:
+    async def _committed(self, business: DatabaseConnection, message_id: str) -> bool:
         """After a failure: whether the record of ``message_id`` is committed (so the
         business transaction did commit). ``False`` when that cannot be told."""
         if business.is_closed():
@@ -253,7 +255,7 @@ class OutboxStrategy:
                 and len({o.destination for o in operations}) == 1)
 
     async def _dispatch_statement(
-        self, business: asyncpg.Connection, message_id: str,
+        self, business: DatabaseConnection, message_id: str,
         operations: list[TransportOperation],
     ) -> str | None:
         """The dispatch as its own transaction, to run on B right after the business COMMIT in
@@ -293,7 +295,7 @@ class OutboxStrategy:
             f"{_array(bytea_literal(b) for b in bodies)}::bytea[]); COMMIT"
         )
 
-    async def _dispatch(self, connection: asyncpg.Connection, message_id: str) -> None:
+    async def _dispatch(self, connection: DatabaseConnection, message_id: str) -> None:
         """Dispatch a stored record's operations and mark it dispatched, once."""
         row = await connection.fetchrow(self._storage.sql["take_for_dispatch"], message_id)
         if row is None:
@@ -322,11 +324,11 @@ class OutboxSlot(ReceiveSlot):
     (returning a connection to the pool costs a reset round trip per message), and the acks
     waiting in its open receive transaction."""
 
-    def __init__(self, strategy: OutboxStrategy, connection: asyncpg.Connection) -> None:
+    def __init__(self, strategy: OutboxStrategy, connection: DatabaseConnection) -> None:
         super().__init__(connection)
         self._strategy = strategy
         self.group = AckGroup(strategy.settings.acks_per_commit)
-        self.business: asyncpg.Connection | None = None
+        self.business: PoolConnectionProxy[asyncpg.Record] | None = None
 
     async def round(self) -> Round:
         if self.business is None:
@@ -344,7 +346,7 @@ class OutboxSlot(ReceiveSlot):
                 await self.connection.execute("SET synchronous_commit = off")
             await self.business_connection()
 
-    async def business_connection(self) -> asyncpg.Connection:
+    async def business_connection(self) -> PoolConnectionProxy[asyncpg.Record]:
         pool = self._strategy.pool
         if self.business is not None and self.business.is_closed():
             await pool.release(self.business)
@@ -363,7 +365,7 @@ class OutboxSlot(ReceiveSlot):
             self.business = None
 
 
-async def _commit_acks(connection: asyncpg.Connection, group: AckGroup) -> None:
+async def _commit_acks(connection: DatabaseConnection, group: AckGroup) -> None:
     """The slot ends with acks waiting: commit them. If that fails they roll back; their
     messages come again and are acknowledged then."""
     if connection.is_closed() or not connection.is_in_transaction():
@@ -375,7 +377,7 @@ async def _commit_acks(connection: asyncpg.Connection, group: AckGroup) -> None:
                     error=f"{type(exc).__name__}: {exc}")
 
 
-async def _rollback(business: asyncpg.Connection) -> None:
+async def _rollback(business: DatabaseConnection) -> None:
     if not business.is_closed() and business.is_in_transaction():
         with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError):
             await business.execute("ROLLBACK")

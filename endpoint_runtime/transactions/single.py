@@ -23,7 +23,6 @@ import re
 
 import asyncpg
 
-from endpoint_runtime.context import OpenTransactionConnection
 from endpoint_runtime.errors import QueueNotFoundError, RecoverabilityFailedError
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Outcome, Pipeline
@@ -34,7 +33,9 @@ from endpoint_runtime.transactions.base import (
     ReceiveSlot,
     Round,
 )
+from endpoint_runtime.transactions.connections import OpenTransactionConnection
 from endpoint_runtime.transport import receiving
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
 # Before a handled message's COMMIT: fails in an aborted transaction, whose COMMIT PostgreSQL
@@ -54,7 +55,7 @@ class SingleMessageStrategy:
         self.sends_atomic = sends_atomic
         self.immediate = ImmediateDispatcher(pool, pipeline.delayed_store)
 
-    def open_slot(self, connection: asyncpg.Connection) -> SingleMessageSlot:
+    def open_slot(self, connection: DatabaseConnection) -> SingleMessageSlot:
         return SingleMessageSlot(self, connection)
 
 
@@ -62,7 +63,7 @@ class SingleMessageSlot(ReceiveSlot):
     """A slot of one message per transaction; what it carries over between rounds is the
     transaction the last ``COMMIT; BEGIN`` began, rolled back at :meth:`close`."""
 
-    def __init__(self, strategy: SingleMessageStrategy, connection: asyncpg.Connection) -> None:
+    def __init__(self, strategy: SingleMessageStrategy, connection: DatabaseConnection) -> None:
         super().__init__(connection)
         self._strategy = strategy
 
@@ -102,7 +103,7 @@ class SingleMessageSlot(ReceiveSlot):
 FAILED_ROUND = Round(taken=1, failed=1)
 
 
-async def begin_unless_carried(connection: asyncpg.Connection) -> None:
+async def begin_unless_carried(connection: DatabaseConnection) -> None:
     """The last round's ``COMMIT; BEGIN`` may have begun this round's transaction already."""
     if not connection.is_in_transaction():
         await connection.execute("BEGIN")
@@ -110,7 +111,7 @@ async def begin_unless_carried(connection: asyncpg.Connection) -> None:
 
 def charge_or_raise(
     pipeline: Pipeline, received: receiving.Received | None, exc: BaseException,
-    connection: asyncpg.Connection,
+    connection: DatabaseConnection,
 ) -> None:
     """After a rollback: a failure of the message's own work (its commit, its sends) is
     charged to it; a lost connection, a failed recoverability step, a cancellation or a
@@ -135,7 +136,7 @@ HANDLED_ROUND = Round(taken=1, handled=1)
 
 
 async def commit_and_begin(
-    connection: asyncpg.Connection, before_commit: str = "", *, handled: bool = True
+    connection: DatabaseConnection, before_commit: str = "", *, handled: bool = True
 ) -> None:
     """COMMIT (with ``before_commit`` first) and BEGIN the next, in one query. After handlers
     (``handled``), a transaction they left aborted fails at its first statement instead of
@@ -148,13 +149,13 @@ async def commit_and_begin(
         raise QueueNotFoundError(missing.group(1) if missing else str(exc)) from exc
 
 
-async def end_carried_transaction(connection: asyncpg.Connection) -> None:
+async def end_carried_transaction(connection: DatabaseConnection) -> None:
     """Roll back the transaction a slot's last round began for the next (it did nothing)."""
     if not connection.is_closed() and connection.is_in_transaction():
         await rollback_quietly(connection)
 
 
-async def rollback_quietly(connection: asyncpg.Connection) -> None:
+async def rollback_quietly(connection: DatabaseConnection) -> None:
     # Connection lost or transaction already ended: the server rolls back by itself.
     if connection.is_closed() or not connection.is_in_transaction():
         return

@@ -18,9 +18,15 @@ import functools
 import hashlib
 from collections import OrderedDict
 from collections.abc import Hashable
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+
+DatabaseConnection: TypeAlias = (
+    "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
+)
+"""A connection as the runtime holds it: its own, or one acquired from a pool (a proxy)."""
 
 MAX_PREPARED_STATEMENTS = 128
 """SQL-level prepared statements one connection keeps. A single transaction must not use
@@ -60,7 +66,7 @@ class Home:
         self.pool = pool
 
 
-class QueueConnection(asyncpg.Connection):  # type: ignore[misc]
+class QueueConnection(asyncpg.Connection):
     """Also keeps, per queue, where its receives start (``receiving.ReceivePosition``)."""
 
     __slots__ = ("home", "receive_positions", "sql_prepared", "verified_queues")
@@ -75,7 +81,7 @@ class QueueConnection(asyncpg.Connection):  # type: ignore[misc]
 
 
 async def prepared_name(
-    connection: asyncpg.Connection, statement: str, parameter_types: str
+    connection: DatabaseConnection, statement: str, parameter_types: str
 ) -> str | None:
     """The name under which ``statement`` (with ``$n`` parameters of ``parameter_types``) is
     prepared in the connection's session, preparing it on first use. ``None`` when the

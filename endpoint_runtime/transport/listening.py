@@ -21,6 +21,8 @@ from collections.abc import Callable
 import asyncpg
 import structlog
 
+from endpoint_runtime.transport.connection import DatabaseConnection
+
 log = structlog.get_logger("endpoint_runtime.listening")
 
 Callback = Callable[[], object]
@@ -34,7 +36,7 @@ class Listener:
         self._retry_delay = retry_delay
         self._max_retry_delay = max_retry_delay
         self._channels: dict[str, list[Callback]] = {}
-        self._connection: asyncpg.Connection | None = None
+        self._connection: DatabaseConnection | None = None
         self._reconnecting: asyncio.Task[None] | None = None
         self._closed = False
         self.reconnections = 0
@@ -78,7 +80,7 @@ class Listener:
             await connection.add_listener(channel, self._notified)
         self._connection = connection
 
-    def _notified(self, connection: object, pid: int, channel: str, payload: str) -> None:
+    def _notified(self, connection: object, pid: int, channel: str, payload: object) -> None:
         for callback in list(self._channels.get(channel, ())):
             callback()
 

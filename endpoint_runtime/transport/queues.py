@@ -18,6 +18,7 @@ import structlog
 from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 log = structlog.get_logger(__name__)
 
@@ -34,7 +35,7 @@ _CREATE_ATTEMPTS = 5
 
 
 @contextlib.asynccontextmanager
-async def ddl_lock(connection: asyncpg.Connection) -> AsyncIterator[None]:
+async def ddl_lock(connection: DatabaseConnection) -> AsyncIterator[None]:
     """A transaction holding the runtime's DDL advisory lock (released at commit)."""
     async with connection.transaction():
         await connection.execute("SELECT pg_advisory_xact_lock($1)", _DDL_LOCK_KEY)
@@ -49,7 +50,7 @@ class QueueInfo(msgspec.Struct, frozen=True):
 
 
 async def create_queue(
-    connection: asyncpg.Connection,
+    connection: DatabaseConnection,
     address: QueueAddress,
     *,
     body_string_column: bool = False,
@@ -79,18 +80,18 @@ async def create_queue(
     raise RuntimeError(f"could not create queue {address} after {_CREATE_ATTEMPTS} attempts")
 
 
-async def drop_queue(connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress) -> None:
+async def drop_queue(connection: DatabaseConnection | asyncpg.Pool, address: QueueAddress) -> None:
     await connection.execute(statements.for_queue(address)["drop_queue"])
 
 
 async def queue_exists(
-    connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress
+    connection: DatabaseConnection | asyncpg.Pool, address: QueueAddress
 ) -> bool:
     exists: bool = await connection.fetchval(statements.shared("table_exists"), address.qualified)
     return exists
 
 
-async def depth(connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress) -> int:
+async def depth(connection: DatabaseConnection | asyncpg.Pool, address: QueueAddress) -> int:
     """Exact number of rows (locked ones included)."""
     try:
         count: int = await connection.fetchval(statements.for_queue(address)["count"])
@@ -100,7 +101,7 @@ async def depth(connection: asyncpg.Connection | asyncpg.Pool, address: QueueAdd
 
 
 async def list_queues(
-    connection: asyncpg.Connection | asyncpg.Pool, schema: str | None = None
+    connection: DatabaseConnection | asyncpg.Pool, schema: str | None = None
 ) -> list[QueueInfo]:
     """Every table shaped like a queue (in ``schema``, or in all schemas), with its depth."""
     rows = await connection.fetch(statements.shared("list_queues"), schema)
@@ -112,7 +113,7 @@ async def list_queues(
 
 
 async def purge_expired(
-    connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress, batch_size: int = 10_000
+    connection: DatabaseConnection | asyncpg.Pool, address: QueueAddress, batch_size: int = 10_000
 ) -> int:
     """Delete expired rows in batches (each its own statement); returns how many went."""
     statement = statements.for_queue(address)["purge_expired"]
@@ -128,7 +129,7 @@ async def purge_expired(
             return total
 
 
-async def purge(connection: asyncpg.Connection | asyncpg.Pool, address: QueueAddress) -> int:
+async def purge(connection: DatabaseConnection | asyncpg.Pool, address: QueueAddress) -> int:
     """Delete every row; returns how many went."""
     try:
         status: str = await connection.execute(statements.for_queue(address)["purge_all"])

@@ -16,6 +16,7 @@ from endpoint_runtime.errors import PoisonMessageError, QueueNotFoundError
 from endpoint_runtime.messages import PoisonMessage, TransportMessage, decode_headers
 from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 Received = TransportMessage | PoisonMessage
 FULL_SCAN_INTERVAL = 1.0  # seconds: how often a connection's receive scans from the start
@@ -46,7 +47,7 @@ class ReceivePosition:
 
 
 def receive_position(
-    connection: asyncpg.Connection, address: QueueAddress
+    connection: DatabaseConnection, address: QueueAddress
 ) -> ReceivePosition | None:
     """The connection's position in ``address``; ``None`` on a connection that keeps none (it
     is no ``transport.connection.QueueConnection``): its receives scan from the start."""
@@ -83,7 +84,7 @@ def to_message(row: Any) -> Received:
     )
 
 
-async def receive(connection: asyncpg.Connection, address: QueueAddress) -> Received | None:
+async def receive(connection: DatabaseConnection, address: QueueAddress) -> Received | None:
     """Take the lowest-seq unlocked message; ``None`` when none is left.
 
     Expired rows are deleted (in the caller's transaction) and skipped, never returned.
@@ -100,7 +101,7 @@ def receive_statement(address: QueueAddress) -> str:
     return statements.for_queue(address)["receive_past"]
 
 
-async def receive_row(connection: asyncpg.Connection, address: QueueAddress, statement: str) -> Any:
+async def receive_row(connection: DatabaseConnection, address: QueueAddress, statement: str) -> Any:
     """:func:`receive` with another statement that takes the receive's one parameter (the
     seq to start past) and returns its columns (and maybe more): the row, for the caller to
     turn into a message with :func:`to_message`."""
@@ -117,7 +118,7 @@ async def receive_row(connection: asyncpg.Connection, address: QueueAddress, sta
 
 
 async def receive_batch(
-    connection: asyncpg.Connection, address: QueueAddress, limit: int
+    connection: DatabaseConnection, address: QueueAddress, limit: int
 ) -> list[Received]:
     """Take up to ``limit`` unlocked messages in seq order (expired ones deleted, skipped),
     starting past the connection's position as :func:`receive` does. The position becomes
@@ -134,7 +135,7 @@ async def receive_batch(
 
 
 async def reinsert(
-    connection: asyncpg.Connection | asyncpg.Pool,
+    connection: DatabaseConnection | asyncpg.Pool,
     address: QueueAddress,
     messages: Iterable[Received],
 ) -> None:
@@ -147,7 +148,7 @@ async def reinsert(
 
 
 async def peek(
-    executor: asyncpg.Connection | asyncpg.Pool, address: QueueAddress, cap: int | None = None
+    executor: DatabaseConnection | asyncpg.Pool, address: QueueAddress, cap: int | None = None
 ) -> int:
     """Estimate of waiting messages: max(seq) - min(seq) + 1 over unlocked rows."""
     try:

@@ -17,14 +17,14 @@ from endpoint_runtime.messages import (
 )
 from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import prepared_name
+from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
 from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
 
 # Above this many bytes of headers and body a message goes as parameters: a literal doubles
 # the body (hex) and the server would parse it as SQL text.
 STATEMENT_SIZE_LIMIT = 32 * 1024
 
-Executor: TypeAlias = asyncpg.Connection | asyncpg.Pool
+Executor: TypeAlias = "DatabaseConnection | asyncpg.Pool"
 
 
 def row_id(message_id: str) -> uuid.UUID | str:
@@ -57,7 +57,7 @@ async def send(executor: Executor, address: QueueAddress, message: OutgoingMessa
 
 
 async def send_statement(
-    connection: asyncpg.Connection, address: QueueAddress, message: OutgoingMessage
+    connection: DatabaseConnection, address: QueueAddress, message: OutgoingMessage
 ) -> str | None:
     """The send as ``EXECUTE name(literal values)``: a statement that can travel with others
     (e.g. just before COMMIT) in one simple query; the INSERT is prepared once per session

@@ -1,0 +1,96 @@
+"""The connections handlers get in transactions that asyncpg did not open itself.
+
+Batched receive takes a savepoint per message on its first database use
+(:class:`LazySavepointConnection`); the outbox and the chained receive transactions begin with a
+plain ``BEGIN`` that asyncpg does not know of (:class:`OpenTransactionConnection`). Both forward
+everything else to the connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from endpoint_runtime.transport.connection import DatabaseConnection
+
+_QUERY_METHODS = frozenset({
+    "execute", "executemany", "fetch", "fetchrow", "fetchval", "fetchmany", "prepare",
+    "copy_from_query", "copy_from_table", "copy_records_to_table", "copy_to_table",
+})
+
+
+class LazySavepointConnection:
+    """A connection whose first query first runs ``ensure_savepoint``.
+
+    Batched receive handles many messages in one transaction; each message's database work
+    must be undoable on its own. A savepoint per message would cost two round trips even for
+    handlers that never touch the database, so it is taken on first use instead.
+    """
+
+    def __init__(
+        self, connection: DatabaseConnection, ensure_savepoint: Callable[[], Awaitable[None]]
+    ) -> None:
+        self._connection = connection
+        self._ensure_savepoint = ensure_savepoint
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._connection, name)
+        if name not in _QUERY_METHODS:
+            return attribute
+
+        async def query(*args: Any, **kwargs: Any) -> Any:
+            await self._ensure_savepoint()
+            return await attribute(*args, **kwargs)
+
+        return query
+
+    def transaction(self, **options: Any) -> Any:
+        return _SavepointFirst(self, options)
+
+
+class _SavepointFirst:
+    def __init__(self, proxy: LazySavepointConnection, options: dict[str, Any]) -> None:
+        self._proxy = proxy
+        self._options = options
+        self._inner: Any = None
+
+    async def __aenter__(self) -> Any:
+        await self._proxy._ensure_savepoint()
+        self._inner = self._proxy._connection.transaction(**self._options)
+        return await self._inner.__aenter__()
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        return await self._inner.__aexit__(*exc_info)
+
+
+class OpenTransactionConnection:
+    """A connection whose transaction was opened with a plain ``BEGIN`` (the outbox sends
+    BEGIN together with its look-up). asyncpg does not know of such a transaction, so
+    ``transaction()`` is served here as a SAVEPOINT, as it would be in any other mode."""
+
+    def __init__(self, connection: DatabaseConnection) -> None:
+        self._connection = connection
+        self._savepoints = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._connection, name)
+
+    def transaction(self, **options: Any) -> Any:
+        self._savepoints += 1
+        return _ExplicitSavepoint(self._connection, f"endpoint_runtime_{self._savepoints}")
+
+
+class _ExplicitSavepoint:
+    def __init__(self, connection: DatabaseConnection, name: str) -> None:
+        self._connection = connection
+        self._name = name
+
+    async def __aenter__(self) -> _ExplicitSavepoint:
+        await self._connection.execute(f"SAVEPOINT {self._name}")
+        return self
+
+    async def __aexit__(self, exc_type: object, *exc_info: object) -> None:
+        if exc_type is None:
+            await self._connection.execute(f"RELEASE SAVEPOINT {self._name}")
+        else:
+            await self._connection.execute(f"ROLLBACK TO SAVEPOINT {self._name}")
