@@ -1,7 +1,8 @@
 """structlog set-up: console output on a terminal, JSON lines otherwise.
 
 Per-message context (endpoint, message_id, attempt) is bound with structlog's contextvars by
-the pipeline at the start of each message, so every log line of a handler carries it.
+the pipeline at the start of each message, so every log line of a handler carries it. Each line
+names the logger that wrote it (``component``, e.g. ``endpoint_runtime.pipeline``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,11 @@ def merge_message_context(
 class StderrLogger:
     """Writes each line to the ``sys.stderr`` of the moment (not the one at configuration:
     a test runner or a daemon may replace or close it), and never fails: a log line that
-    cannot be written is dropped rather than failing the message being processed."""
+    cannot be written is dropped rather than failing the message being processed. ``name``:
+    the name given to ``structlog.get_logger``, shown as ``component``."""
+
+    def __init__(self, name: str | None = None) -> None:
+        self.name = name
 
     def msg(self, message: str) -> None:
         with contextlib.suppress(ValueError, OSError):  # closed or broken stream
@@ -56,7 +61,16 @@ class StderrLogger:
 
 
 def _stderr_logger(*args: Any) -> StderrLogger:
-    return StderrLogger()
+    return StderrLogger(str(args[0]) if args else None)
+
+
+def add_component(
+    logger: Any, method_name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """structlog processor adding ``component``: the name of the logger that wrote the line."""
+    if isinstance(logger, StderrLogger) and logger.name:
+        event_dict.setdefault("component", logger.name)
+    return event_dict
 
 
 def configure_logging(level: str | None = None, *, json: bool | None = None) -> None:
@@ -79,6 +93,7 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
         processors=[
             structlog.contextvars.merge_contextvars,
             merge_message_context,
+            add_component,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,

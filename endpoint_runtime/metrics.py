@@ -95,7 +95,7 @@ class RayMetrics(Metrics):
         for metric in (*self._counters.values(), *self._histograms.values(), self._queue_length):
             metric.set_default_tags({"endpoint": endpoint})
         self._counts: dict[tuple[str, str, str], int] = defaultdict(int)
-        self._processed: dict[str, int] = {}
+        """This interval's increments per (counter, message type, kind)."""
         self._timings: dict[str, list[tuple[float, float, str | None]]] = {}
         """Per type, this interval's first HISTOGRAM_SAMPLES (start, end, TimeSent)."""
         self._flusher: asyncio.Task[None] | None = None
@@ -113,8 +113,7 @@ class RayMetrics(Metrics):
                   headers: dict[str, str]) -> None:
         # The hot path: two dictionary look-ups; TimeSent is parsed at the flush, only for
         # the samples kept.
-        processed = self._processed
-        processed[message_type] = processed.get(message_type, 0) + 1
+        self._counts[("messages_processed", message_type, "")] += 1
         timings = self._timings.get(message_type)
         if timings is None:
             timings = self._timings[message_type] = []
@@ -143,9 +142,6 @@ class RayMetrics(Metrics):
             if kind:
                 tags["kind"] = kind
             self._counters[counter].inc(n, tags=tags)
-        processed, self._processed = self._processed, {}
-        for message_type, n in processed.items():
-            self._counters["messages_processed"].inc(n, tags={"message_type": message_type})
         timings, self._timings = self._timings, {}
         for message_type, observed in timings.items():
             tags = {"message_type": message_type}

@@ -129,23 +129,30 @@ def audit_record(message: TransportMessage) -> AuditRecord:
     sent = _time(headers, Headers.TIME_SENT)
     return AuditRecord(
         message_id=message.message_id[:MAX_FIELD],
-        message_type=_message_type(headers),
-        intent=_field(headers, Headers.MESSAGE_INTENT),
-        sending_endpoint=_field(headers, Headers.ORIGINATING_ENDPOINT),
         sending_machine=_field(headers, Headers.ORIGINATING_MACHINE),
-        processing_endpoint=_field(headers, Headers.PROCESSING_ENDPOINT),
-        processing_machine=_field(headers, Headers.PROCESSING_MACHINE),
-        conversation_id=_field(headers, Headers.CONVERSATION_ID),
-        related_to=_field(headers, Headers.RELATED_TO),
         time_sent=sent,
         processing_started=started,
         processing_ended=ended,
         processing_time_ms=_milliseconds(started, ended),
         critical_time_ms=_milliseconds(sent, ended) if sent is not None else None,
         body_size=len(message.body),
-        retries=_retries(headers),
         headers=message.raw_headers,
+        **_shared_fields(headers),
     )
+
+
+def _shared_fields(headers: dict[str, str]) -> dict[str, Any]:
+    """The columns ``audit_log`` and ``error_log`` both take from a message's headers."""
+    return {
+        "message_type": _message_type(headers),
+        "intent": _field(headers, Headers.MESSAGE_INTENT),
+        "sending_endpoint": _field(headers, Headers.ORIGINATING_ENDPOINT),
+        "processing_endpoint": _field(headers, Headers.PROCESSING_ENDPOINT),
+        "processing_machine": _field(headers, Headers.PROCESSING_MACHINE),
+        "conversation_id": _field(headers, Headers.CONVERSATION_ID),
+        "related_to": _field(headers, Headers.RELATED_TO),
+        "retries": _retries(headers),
+    }
 
 
 def error_record(
@@ -170,22 +177,15 @@ def error_record(
     return ErrorRecord(
         source=source, native_id=native_id, queue_seq=seq,
         message_id=_field(headers, Headers.MESSAGE_ID),
-        message_type=_message_type(headers),
-        intent=_field(headers, Headers.MESSAGE_INTENT),
-        sending_endpoint=_field(headers, Headers.ORIGINATING_ENDPOINT),
-        processing_endpoint=_field(headers, Headers.PROCESSING_ENDPOINT),
-        processing_machine=_field(headers, Headers.PROCESSING_MACHINE),
         failed_queue=_field(headers, ErrorHeaders.FAILED_QUEUE),
-        conversation_id=_field(headers, Headers.CONVERSATION_ID),
-        related_to=_field(headers, Headers.RELATED_TO),
         time_sent=times[Headers.TIME_SENT],
         time_of_failure=times[ErrorHeaders.TIME_OF_FAILURE],
-        retries=_retries(headers),
         exception_type=_field(headers, ErrorHeaders.EXCEPTION_TYPE),
         exception_message=message[:MAX_EXCEPTION_MESSAGE] if message else None,
         body_size=body_size,
         headers=raw_headers,
         reason=reason,
+        **_shared_fields(headers),
     )
 
 

@@ -2,7 +2,14 @@ from __future__ import annotations
 
 import asyncio
 
-from endpoint_runtime.logging import bind_message_context, merge_message_context
+import structlog
+
+from endpoint_runtime.logging import (
+    _stderr_logger,
+    add_component,
+    bind_message_context,
+    merge_message_context,
+)
 
 
 def test_message_context_is_added_to_log_events() -> None:
@@ -32,3 +39,21 @@ def test_explicit_fields_win_over_the_message_context() -> None:
     bind_message_context("sales", "m-1", 1)
     event = merge_message_context(None, "info", {"message_id": "other"})
     assert event["message_id"] == "other"
+
+
+def test_each_line_names_the_logger_that_wrote_it() -> None:
+    capture = structlog.testing.LogCapture()
+    named = structlog.wrap_logger(_stderr_logger("endpoint_runtime.pipeline"),
+                                  processors=[add_component, capture])
+    unnamed = structlog.wrap_logger(_stderr_logger(), processors=[add_component, capture])
+
+    named.warning("message_failed")
+    unnamed.info("started")
+    named.info("explicit", component="mine")
+
+    assert capture.entries == [
+        {"event": "message_failed", "log_level": "warning",
+         "component": "endpoint_runtime.pipeline"},
+        {"event": "started", "log_level": "info"},
+        {"event": "explicit", "log_level": "info", "component": "mine"},
+    ]
