@@ -22,7 +22,8 @@ import structlog
 
 from endpoint_runtime import installation
 from endpoint_runtime.actors.cluster import ensure_ray
-from endpoint_runtime.actors.peeker import DeploymentConfig, DeploymentStatus, PeekerActor
+from endpoint_runtime.actors.deployment_status import DeploymentConfig, DeploymentStatus
+from endpoint_runtime.actors.peeker import PeekerActor
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.connection_budget import check_connection_budget
 from endpoint_runtime.embedded import RedactedDsn, resolve_dsn

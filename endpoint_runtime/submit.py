@@ -34,7 +34,7 @@ import msgspec
 import structlog
 
 from endpoint_runtime.actors.cluster import ensure_ray
-from endpoint_runtime.actors.peeker import DeploymentStatus
+from endpoint_runtime.actors.deployment_status import DeploymentStatus
 from endpoint_runtime.cli.common import positive_float, positive_int
 from endpoint_runtime.cli.run import _merged_transport
 from endpoint_runtime.connecting import PostgresTransport

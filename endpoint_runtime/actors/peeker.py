@@ -14,33 +14,36 @@ import asyncio
 import collections
 import contextlib
 import time
-import uuid
-from typing import Any
 
 import asyncpg
 import msgspec
 import ray
 import structlog
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from endpoint_runtime.actors import scaling
+from endpoint_runtime.actors.background import BackgroundWork
 from endpoint_runtime.actors.crash_ledger import (
     MAX_RECEIVER_DEATHS,
     DeathCounts,
     ledger_path,
     read_ledger_on_node,
 )
-from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
+from endpoint_runtime.actors.deployment_status import DeploymentConfig, DeploymentStatus
+from endpoint_runtime.actors.receiver import ReceiverStatus
+from endpoint_runtime.actors.receiver_handles import (
+    ReceiverHandle,
+    await_ref,
+    last_line,
+    launch_receiver,
+    live_nodes,
+    node_alive,
+)
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.connecting import connect_pool
 from endpoint_runtime.connection_budget import PEEKER_POOL_SIZE
-from endpoint_runtime.delayed.mover import DelayedMessageMover
-from endpoint_runtime.endpoint import load_endpoint
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.metrics import RayMetrics
-from endpoint_runtime.outbox import OutboxCleaner, OutboxStorage
-from endpoint_runtime.settings import EndpointSettings
-from endpoint_runtime.transport import QueueAddress, receiving
+from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.peeker")
@@ -48,86 +51,6 @@ log = structlog.get_logger("endpoint_runtime.peeker")
 MIN_CYCLE_SECONDS = 0.1
 STATUS_TIMEOUT_SECONDS = 10.0
 LEDGER_READ_TIMEOUT_SECONDS = 30.0
-
-
-class DeploymentConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Plain, picklable description of one endpoint deployment."""
-
-    endpoint_path: str
-    endpoint_name: str
-    address: QueueAddress
-    dsn: str
-    settings: EndpointSettings
-    deployment_id: str
-
-
-class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
-    endpoint: str
-    estimate: int
-    max_concurrency: int
-    receivers: list[ReceiverStatus]
-    replaced_receivers: int
-    delayed_dispatched: int = 0
-    delayed_to_error: int = 0
-    critical_error: str | None = None
-    """The critical error in effect: with ``on_critical_error="log"`` it is cleared once every
-    circuit breaker has disarmed again (the database is back, work goes on by itself); with
-    ``"stop"`` it stays, with ``halted``."""
-    halted: bool = False
-    """A critical error stopped receiving (``on_critical_error="stop"``): no receivers run
-    until the deployment is started again. The peek estimate still follows the queue."""
-    last_critical_error: str | None = None
-    """The latest critical error, even when it is over."""
-    doomed_messages: int = 0
-    """Messages that were in the handlers of :data:`MAX_RECEIVER_DEATHS` receivers when they
-    died, waiting for their next delivery to go to the error queue (crash ledger)."""
-    retired_processed: int = 0
-    """Messages processed by receivers that were retired or died (their last status)."""
-    retired_failed: int = 0
-    retired_by_node: dict[str, int] = {}
-    """Messages processed by retired or dead receivers, per Ray node id."""
-
-    @property
-    def receivers_by_node(self) -> dict[str, int]:
-        """Receivers running on each Ray node (node id: count)."""
-        return dict(collections.Counter(r.node_id for r in self.receivers))
-
-    @property
-    def processed_by_node(self) -> dict[str, int]:
-        """Messages processed on each Ray node, by running and retired receivers alike."""
-        counts = collections.Counter(self.retired_by_node)
-        for receiver in self.receivers:
-            counts[receiver.node_id] += receiver.processed
-        return dict(counts)
-
-    @property
-    def in_flight(self) -> int:
-        return sum(r.in_flight for r in self.receivers)
-
-    @property
-    def processed(self) -> int:
-        return self.retired_processed + sum(r.processed for r in self.receivers)
-
-    @property
-    def outbox_duplicates(self) -> int:
-        return sum(r.outbox_duplicates for r in self.receivers)
-
-    @property
-    def failed(self) -> int:
-        return self.retired_failed + sum(r.failed for r in self.receivers)
-
-
-class _Handle(msgspec.Struct, kw_only=True):
-    receiver_id: str
-    actor: Any
-    allowance: int = 0
-    last: ReceiverStatus | None = None
-    critical_errors_seen: int = 0
-    node_id: str | None = None
-    ledger: str | None = None
-    """Its crash ledger's file, on its node."""
-    doomed_version: int = 0
-    """The version of the doomed ids it has (:class:`DeathCounts`)."""
 
 
 class Peeker:
@@ -138,7 +61,7 @@ class Peeker:
         structlog.contextvars.bind_contextvars(endpoint=config.endpoint_name)
         self.config = config
         self.settings = config.settings
-        self._receivers: list[_Handle] = []
+        self._receivers: list[ReceiverHandle] = []
         self._estimate = 0
         self._metrics = RayMetrics(config.endpoint_name)
         self._idle_since = time.monotonic()
@@ -149,12 +72,8 @@ class Peeker:
         self._loop_task: asyncio.Task[None] | None = None
         self._pool: asyncpg.Pool | None = None
         self._listener: Listener | None = None
-        self._mover: DelayedMessageMover | None = None
-        self._mover_task: asyncio.Task[None] | None = None
-        self._cleaner: OutboxCleaner | None = None
-        self._cleaner_task: asyncio.Task[None] | None = None
-        self._background: list[asyncio.Task[None]] = []
-        """The endpoint's own periodic work (``Endpoint.background_tasks``)."""
+        self._background = BackgroundWork()
+        """The delayed-message mover, the outbox cleaner, the endpoint's periodic tasks."""
         self.critical_error: str | None = None
         self.last_critical_error: str | None = None
         self._halted = False
@@ -200,9 +119,7 @@ class Peeker:
         peek breaker, the mover's, each receiver's) has disarmed again."""
         if self.critical_error is None or self._halted:
             return
-        breakers = [self._peek_breaker]
-        if self._mover is not None:
-            breakers += [self._mover.fetch_breaker, self._mover.dispatch_breaker]
+        breakers = [self._peek_breaker, *self._background.breakers]
         if any(b.state is not BreakerState.DISARMED for b in breakers):
             return
         if any(h.last is None or h.last.critical_error for h in self._receivers):
@@ -218,7 +135,8 @@ class Peeker:
         await self._listener.start()
         if self.settings.transport.notify_on_send:
             await self._listener.listen(self.config.address.notify_channel, self._wake.set)
-        await self._start_mover()
+        await self._background.start(self.config, self.settings, self._pool, self._listener,
+                                     self.on_critical_error, self._critical_error_maybe_over)
         async with self._lock:
             await self._reconcile()
         self._loop_task = asyncio.get_running_loop().create_task(self._run())
@@ -242,39 +160,6 @@ class Peeker:
             elapsed = time.monotonic() - started
             if elapsed < MIN_CYCLE_SECONDS:
                 await asyncio.sleep(MIN_CYCLE_SECONDS - elapsed)
-
-    async def _start_mover(self) -> None:
-        endpoint = load_endpoint(self.config.endpoint_path)
-        assert self._pool is not None
-        outbox = self.settings.outbox
-        if outbox is not None and outbox.cleanup_enabled:
-            self._cleaner = OutboxCleaner(
-                OutboxStorage.for_settings(self.config.address, self.settings), self._pool, outbox,
-                self.on_critical_error,
-            )
-            self._cleaner_task = asyncio.get_running_loop().create_task(self._cleaner.run())
-        self._background = [asyncio.get_running_loop().create_task(work) for work in
-                            endpoint.background_tasks(self._pool, self.settings)]
-        store = endpoint.delayed_store
-        if store is None or not self.settings.delayed_delivery.enabled:
-            return
-        assert self._pool is not None
-        self._mover = DelayedMessageMover(
-            store=store,
-            pool=self._pool,
-            dsn=self.config.dsn,
-            endpoint=self.config.endpoint_name,
-            schema=self.config.address.schema,
-            error_address=QueueAddress.parse(
-                self.settings.error_queue, self.config.address.schema
-            ),
-            settings=self.settings.delayed_delivery,
-            on_critical_error=self.on_critical_error,
-            listener=self._listener,
-        )
-        for breaker in (self._mover.fetch_breaker, self._mover.dispatch_breaker):
-            breaker.on_disarmed = self._critical_error_maybe_over
-        self._mover_task = asyncio.get_running_loop().create_task(self._mover.run())
 
     async def _reconcile(self) -> None:
         assert self._pool is not None
@@ -313,7 +198,7 @@ class Peeker:
                   if any(h.doomed_version < version for h in self._receivers) else None)
         results = await asyncio.gather(
             *(asyncio.wait_for(
-                _ref(h.actor.status.remote(doomed if h.doomed_version < version else None)),
+                await_ref(h.actor.status.remote(doomed if h.doomed_version < version else None)),
                 STATUS_TIMEOUT_SECONDS)
               for h in self._receivers),
             return_exceptions=True,
@@ -331,11 +216,11 @@ class Peeker:
                     self.on_critical_error(error, RuntimeError(error))
             elif isinstance(result, ray.exceptions.RayActorError):
                 log.warning("receiver_died", receiver=handle.receiver_id,
-                            error=_last_line(result))
+                            error=last_line(result))
                 self._receivers.remove(handle)
                 self._count_retired(handle.last)
                 self._replaced += 1
-                await self._count_deaths(handle, _last_line(result))
+                await self._count_deaths(handle, last_line(result))
             else:
                 log.warning("receiver_status_failed", receiver=handle.receiver_id,
                             error=repr(result)[:200])
@@ -343,13 +228,13 @@ class Peeker:
         if hand_over and any(h.doomed_version < self._deaths.version for h in self._receivers):
             await self._refresh_statuses(hand_over=False)
 
-    async def _count_deaths(self, handle: _Handle, error: str) -> None:
+    async def _count_deaths(self, handle: ReceiverHandle, error: str) -> None:
         """A receiver died: count a death for each message its handlers were running (its
         crash ledger, read on its node)."""
         node_id = handle.node_id or (handle.last.node_id if handle.last else None)
         if node_id is None:
             return  # it died before it could take anything
-        if not await asyncio.to_thread(_node_alive, node_id):
+        if not await asyncio.to_thread(node_alive, node_id):
             # The whole node went down (a machine lost, its raylet killed): the receiver's
             # connections closed with it and its messages rolled back. Not the messages' fault.
             log.warning("receiver_node_lost", receiver=handle.receiver_id, node=node_id[:12])
@@ -374,24 +259,24 @@ class Peeker:
         while len(self._receivers) > wanted:
             handle = self._receivers.pop()
             await self._retire(handle)
-        new: list[_Handle] = []
+        new: list[ReceiverHandle] = []
         missing = wanted - len(self._receivers)
         if missing > 0:
             nodes: list[str | None] = [None] * missing
             if not self.settings.receiver_resources:
                 nodes = list(scaling.spread_over_nodes(
-                    await asyncio.to_thread(_live_nodes), [h.node_id for h in self._receivers],
+                    await asyncio.to_thread(live_nodes), [h.node_id for h in self._receivers],
                     missing))
                 nodes += [None] * (missing - len(nodes))
-            new = [self._launch(node) for node in nodes]
+            new = [launch_receiver(self.config, self.settings, node) for node in nodes]
         if new:
             version, doomed = self._deaths.version, self._deaths.snapshot() or None
             started = await asyncio.gather(
-                *(_ref(h.actor.start.remote(doomed)) for h in new), return_exceptions=True
+                *(await_ref(h.actor.start.remote(doomed)) for h in new), return_exceptions=True
             )
             for handle, result in zip(new, started, strict=True):
                 if isinstance(result, BaseException):
-                    log.error("receiver_start_failed", error=_last_line(result),
+                    log.error("receiver_start_failed", error=last_line(result),
                               cause=repr(getattr(result, "cause", None))[:2000])
                     ray.kill(handle.actor, no_restart=True)
                 else:
@@ -399,30 +284,6 @@ class Peeker:
                     handle.doomed_version = version
                     self._receivers.append(handle)
         await self._apply_allowances()
-
-    def _launch(self, node_id: str | None) -> _Handle:
-        receiver_id = f"{self.config.endpoint_name}-{uuid.uuid4().hex[:8]}"
-        config = ReceiverConfig(
-            endpoint_path=self.config.endpoint_path,
-            dsn=self.config.dsn,
-            settings=self.settings,
-            receiver_id=receiver_id,
-        )
-        # Placement: pinned to the nodes that have the custom resources asked for, or spread
-        # over the live nodes (``node_id``: the one with the fewest receivers). Hard affinity:
-        # Ray's soft affinity moved receivers to other nodes now and then; if the node is
-        # gone, the start fails and the next cycle places the receiver on a live node. Never
-        # restarted by Ray: the peeker replaces dead receivers itself.
-        placement: dict[str, Any] = {"scheduling_strategy": "SPREAD"}
-        if self.settings.receiver_resources:
-            placement = {"resources": dict(self.settings.receiver_resources)}
-        elif node_id is not None:
-            placement = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
-        actor = ReceiverActor.options(
-            num_cpus=self.settings.receiver_num_cpus, max_restarts=0, **placement,
-        ).remote(config)
-        log.info("receiver_launched", receiver=receiver_id, node=(node_id or "?")[:12])
-        return _Handle(receiver_id=receiver_id, actor=actor, node_id=node_id)
 
     async def _apply_allowances(self) -> None:
         targets = scaling.allowances(
@@ -438,24 +299,24 @@ class Peeker:
         await asyncio.gather(*(self._set_allowance(h, t) for h, t in pairs if t < h.allowance))
         await asyncio.gather(*(self._set_allowance(h, t) for h, t in pairs if t > h.allowance))
 
-    async def _set_allowance(self, handle: _Handle, allowance: int) -> None:
-        await _ref(handle.actor.set_allowance.remote(allowance))
+    async def _set_allowance(self, handle: ReceiverHandle, allowance: int) -> None:
+        await await_ref(handle.actor.set_allowance.remote(allowance))
         handle.allowance = allowance
 
     async def _wake_idle(self) -> None:
         share = max(1, -(-self._estimate // max(1, len(self._receivers))))
         await asyncio.gather(
-            *(_ref(h.actor.wake.remote(share)) for h in self._receivers
+            *(await_ref(h.actor.wake.remote(share)) for h in self._receivers
               if h.allowance > 0 and (h.last is None or h.last.slots < h.allowance)),
             return_exceptions=True,
         )
 
-    async def _retire(self, handle: _Handle) -> None:
+    async def _retire(self, handle: ReceiverHandle) -> None:
         final = handle.last
         try:
-            final = await _ref(handle.actor.drain.remote(self.settings.stop_timeout))
+            final = await await_ref(handle.actor.drain.remote(self.settings.stop_timeout))
         except ray.exceptions.RayActorError as exc:
-            await self._count_deaths(handle, _last_line(exc))
+            await self._count_deaths(handle, last_line(exc))
         self._count_retired(final)
         ray.kill(handle.actor, no_restart=True)
         log.info("receiver_retired", receiver=handle.receiver_id)
@@ -478,14 +339,15 @@ class Peeker:
         return self._status([h.last for h in self._receivers if h.last is not None])
 
     def _status(self, receivers: list[ReceiverStatus]) -> DeploymentStatus:
+        mover = self._background.mover
         return DeploymentStatus(
             endpoint=self.config.endpoint_name,
             estimate=self._estimate,
             max_concurrency=self.settings.max_concurrency,
             receivers=receivers,
             replaced_receivers=self._replaced,
-            delayed_dispatched=self._mover.dispatched if self._mover else 0,
-            delayed_to_error=self._mover.moved_to_error if self._mover else 0,
+            delayed_dispatched=mover.dispatched if mover else 0,
+            delayed_to_error=mover.moved_to_error if mover else 0,
             critical_error=self.critical_error,
             halted=self._halted,
             last_critical_error=self.last_critical_error,
@@ -507,26 +369,16 @@ class Peeker:
         """Graceful stop: receivers stop receiving, finish in-flight work, then exit."""
         self._stopping = True
         self._wake.set()
-        if self._cleaner is not None and self._cleaner_task is not None:
-            self._cleaner.stop()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._cleaner_task
-        for task in self._background:
-            task.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
-        if self._mover is not None and self._mover_task is not None:
-            await self._mover.stop()
-            self._mover_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._mover_task
+        await self._background.stop()
         async with self._lock:
             if self._loop_task is not None:
                 self._loop_task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._loop_task
             await self._refresh_statuses()
+            timeout = self.settings.stop_timeout
             final = await asyncio.gather(
-                *(_ref(h.actor.drain.remote(self.settings.stop_timeout)) for h in self._receivers),
+                *(await_ref(h.actor.drain.remote(timeout)) for h in self._receivers),
                 return_exceptions=True,
             )
             for handle in self._receivers:
@@ -541,28 +393,8 @@ class Peeker:
         return self._status([s for s in final if isinstance(s, ReceiverStatus)])
 
 
-def _live_nodes() -> list[str]:
-    """Ids of the nodes Ray counts alive, in a stable order."""
-    return sorted(node["NodeID"] for node in ray.nodes()  # type: ignore[no-untyped-call]
-                  if node.get("Alive"))
-
-
-def _node_alive(node_id: str) -> bool:
-    """Whether Ray's control store still counts ``node_id`` among the live nodes."""
-    return any(node.get("NodeID") == node_id and node.get("Alive")
-               for node in ray.nodes())  # type: ignore[no-untyped-call]
-
-
-def _last_line(error: BaseException) -> str:
-    """Ray wraps errors in long tracebacks; the exception itself is at the end."""
-    lines = [line for line in str(error).strip().splitlines() if line.strip()]
-    return lines[-1][:1000] if lines else repr(error)
-
-
-async def _ref(object_ref: Any) -> Any:
-    """Await a Ray ObjectRef (kept in one place so timeouts wrap a coroutine)."""
-    return await object_ref
-
-
 PeekerActor = ray.remote(Peeker)
 """Ray actor form of :class:`Peeker`."""
+
+# The deployment's description and status live in .deployment_status; named here too.
+__all__ = ["DeploymentConfig", "DeploymentStatus", "Peeker", "PeekerActor"]

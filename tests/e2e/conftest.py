@@ -19,7 +19,7 @@ import ray
 
 from endpoint_runtime import EndpointDeployment, Sender, TransportSettings
 from endpoint_runtime.actors.cluster import ensure_ray
-from endpoint_runtime.actors.peeker import DeploymentStatus
+from endpoint_runtime.actors.deployment_status import DeploymentStatus
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.outgoing import create_outgoing

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from endpoint_runtime.actors.peeker import DeploymentStatus
+from endpoint_runtime.actors.deployment_status import DeploymentStatus
 from endpoint_runtime.connecting import PostgresTransport
 from tests.e2e.conftest import (
     Deployer,

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from endpoint_runtime.actors.peeker import DeploymentConfig
+from endpoint_runtime.actors.deployment_status import DeploymentConfig
 from endpoint_runtime.actors.receiver import ReceiverConfig
 from endpoint_runtime.embedded import RedactedDsn, redact_dsn
 from endpoint_runtime.settings import EndpointSettings, TransportSettings
