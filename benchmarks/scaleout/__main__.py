@@ -8,9 +8,11 @@ Phases (``--phases``, all by default):
   messages per commit) and pgbench (:mod:`.limits`). The issue's target ratios come from here.
 - ``concurrency``: the main sides at concurrency 1, 4, 16 (and 64 in a full run).
 - ``sizes``: the main sides with 100 B, 10 KB and 1 MB bodies.
+- ``latency``: an open-loop sender at 50% and 90% of each side's drain peak (from ``drains``,
+  else one drain first); send-to-handler-start and send-to-completion p50/p95/p99.
 
-Not built yet (docs/performance.md says so): the open-loop latency phase, the endurance drain,
-the nodes sweep and notify_on_send on/off. The last stdout line is the result as JSON; progress
+Not built yet (docs/performance.md says so): the endurance drain, the nodes sweep and
+notify_on_send on/off. The last stdout line is the result as JSON; progress
 goes to stderr; plots and the result file go to benchmarks/results/; ``--write-docs`` puts the
 drain table into docs/performance.md.
 """
@@ -33,11 +35,13 @@ from benchmarks.scaleout.runtime_sides import runtime_sides
 from benchmarks.scaleout.side import Load, Side
 from endpoint_runtime.embedded import redact_dsn, resolve_dsn
 
-PHASES = ("drains", "concurrency", "sizes")
+PHASES = ("drains", "concurrency", "sizes", "latency")
 QUICK = {"messages": 4_800, "runs": 3, "concurrency": (1, 4, 16), "sweep_runs": 1,
-         "sizes": {100: 4_800, 10_000: 1_600, 1_000_000: 48}}
+         "sizes": {100: 4_800, 10_000: 1_600, 1_000_000: 48}, "latency_s": 8.0}
 FULL = {"messages": 9_600, "runs": 5, "concurrency": (1, 4, 16, 64), "sweep_runs": 3,
-        "sizes": {100: 9_600, 10_000: 3_200, 1_000_000: 192}}
+        "sizes": {100: 9_600, 10_000: 3_200, 1_000_000: 192}, "latency_s": 20.0}
+LATENCY_SIDES = ("runtime_single", "runtime_batched_50", "pgqueuer_best")
+LOADS = (0.5, 0.9)
 
 
 def drain_sides() -> list[Side]:
@@ -76,6 +80,21 @@ async def sweep(dsn: str, points: dict[int, Load], runs: int, phase: str) -> dic
             "loads": {str(p): vars(load) for p, load in points.items()}}
 
 
+async def latency(dsn: str, load: Load, peaks: dict[str, float],
+                  seconds: float) -> dict[str, Any]:
+    """Each latency side at 50% and 90% of its peak (measured here when ``peaks`` lacks it)."""
+    sides = {side.name: side for side in [*drain_sides()] if side.name in LATENCY_SIDES}
+    measured: dict[str, Any] = {}
+    for name, side in sides.items():
+        peak = peaks.get(name) or (await side.drain(dsn, load)).msgs_per_s
+        for share in LOADS:
+            result = await side.open_loop(dsn, load, peak * share, seconds)
+            measured[f"{name}@{share:.0%}"] = result.as_json()
+            progress(f"[latency] {name} at {share:.0%} of {peak:,.0f}/s: sent {result.sent}, "
+                     f"to start {result.to_handler_start_ms}, to done {result.to_completion_ms}")
+    return measured
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     plan = QUICK if args.quick else FULL
     dsn = resolve_dsn(args.dsn)
@@ -94,8 +113,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     if "sizes" in args.phases:
         points = {size: Load(count, 4, size) for size, count in plan["sizes"].items()}
         result["phases"]["sizes"] = await sweep(dsn, points, plan["sweep_runs"], "sizes")
-    result["not_measured"] = ["latency_p50_ms_at_50pct", "latency_p99_ms_at_50pct",
-                              "rss_growth_pct", "nodes", "notify_on_send"]
+    if "latency" in args.phases:
+        peaks = {name: side["msgs_per_s"] for name, side in
+                 result["phases"].get("drains", {}).get("sides", {}).items()}
+        measured = await latency(dsn, load, peaks, plan["latency_s"])
+        result["phases"]["latency"] = measured
+        at_half = measured.get("runtime_single@50%", {}).get("to_handler_start_ms", {})
+        result.setdefault("targets", {}).update(
+            latency_p50_ms_at_50pct=at_half.get("p50"), latency_p99_ms_at_50pct=at_half.get("p99"))
+    result["not_measured"] = ["rss_growth_pct", "nodes", "notify_on_send"]
     return result
 
 

@@ -18,13 +18,22 @@ import asyncpg
 
 from benchmarks.common import throwaway_database
 from benchmarks.scaleout.endpoints import Job
-from benchmarks.scaleout.peers.sink import COUNT_SINK, CREATE_SINK, DatabaseClock, random_body
+from benchmarks.scaleout.peers.base import SENDS_IN_FLIGHT, SETTLE_S, send_at_rate
+from benchmarks.scaleout.peers.sink import (
+    COUNT_SINK,
+    CREATE_SINK,
+    LATENCIES,
+    DatabaseClock,
+    SinkJob,
+    random_body,
+    summarize_latency,
+)
 from benchmarks.scaleout.side import DrainResult, LatencyResult, Load
 from benchmarks.throughput import deploy, load_backlog
 from endpoint_runtime.embedded import with_database
 from endpoint_runtime.messages import OutgoingMessage
 from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.transport import QueueAddress, sending
 
 POLL_S = 0.01
 COUNT_ROWS = "SELECT count(*) FROM scaleout_sink"
@@ -95,7 +104,41 @@ class RuntimeSide:
 
     async def open_loop(self, dsn: str, load: Load, rate_per_s: float,
                         seconds: float) -> LatencyResult:
-        raise NotImplementedError("open-loop latency of the runtime sides is not built yet")
+        """Send one message at a time at ``rate_per_s`` to the running deployment (the peers'
+        open-loop sender), then read each message's latencies from its sink row."""
+        async with throwaway_database(dsn, prefix="er_scaleout_rt") as database:
+            database_dsn = with_database(dsn, database)
+            pool = await asyncpg.create_pool(database_dsn, min_size=2,
+                                             max_size=SENDS_IN_FLIGHT + 1)
+            try:
+                await pool.execute(CREATE_SINK)
+                async with pool.acquire() as connection:
+                    clock = await DatabaseClock.measure(connection)
+                deployment = await deploy(self.endpoint, database_dsn, load.concurrency,
+                                          **self.overrides)
+                try:
+                    queue = QueueAddress(deployment.config.endpoint_name)
+
+                    async def enqueue(jobs: list[SinkJob]) -> None:
+                        messages = [create_outgoing(Job(job.key, job.sent_at, job.body.decode()),
+                                                    originating_endpoint="scaleout")
+                                    for job in jobs]
+                        async with pool.acquire() as connection:
+                            await sending.send_many(connection, queue, messages)
+
+                    sent = await send_at_rate(enqueue, clock, load.body_bytes, rate_per_s,
+                                              seconds)
+                    await wait_for_rows(pool, sent, SETTLE_S)
+                finally:
+                    await deployment.stop()
+                rows = await pool.fetch(LATENCIES)
+                handled = int(await pool.fetchval("SELECT count(DISTINCT job_key) "
+                                                  "FROM scaleout_sink"))
+            finally:
+                await pool.close()
+        return LatencyResult(self.name, self.config, rate_per_s, sent, handled,
+                             summarize_latency([r["to_start_ms"] for r in rows]),
+                             summarize_latency([r["to_done_ms"] for r in rows]))
 
 
 def runtime_sides(batch_sizes: tuple[int, ...] = (10, 50, 200),
