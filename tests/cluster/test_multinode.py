@@ -94,15 +94,17 @@ async def submit(cluster: LocalCluster, database_dsn: str,
 
     async def start(*args: str) -> Submit:
         log = tmp_path / f"submit-{len(started)}.log"
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "endpoint_runtime.submit", ENDPOINT, "--nodes", "3",
-            "--status-interval", "1", *args,
-            env=cluster.driver_environment(ENDPOINT_RUNTIME_DSN=database_dsn,
-                                           ENDPOINT_RUNTIME_PEEK_DELAY="0.5",
-                                           ENDPOINT_RUNTIME_LOG_FORMAT="json"),
-            cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE, stderr=log.open("wb"),
-        )
+        # The child writes to its own copy of the descriptor: ours closes at once.
+        with log.open("wb") as stderr:
+            process = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "endpoint_runtime.submit", ENDPOINT, "--nodes", "3",
+                "--status-interval", "1", *args,
+                env=cluster.driver_environment(ENDPOINT_RUNTIME_DSN=database_dsn,
+                                               ENDPOINT_RUNTIME_PEEK_DELAY="0.5",
+                                               ENDPOINT_RUNTIME_LOG_FORMAT="json"),
+                cwd=ROOT,
+                stdout=asyncio.subprocess.PIPE, stderr=stderr,
+            )
         started.append(Submit(process, log))
         return started[-1]
 
