@@ -11,20 +11,25 @@ Example::
 
 from __future__ import annotations
 
-import difflib
 import enum
-import math
 import os
 import tomllib
-import typing
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import msgspec
 
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.settings_rules import (
+    S,
+    check_finite,
+    deep_merge,
+    struct_type,
+)
+from endpoint_runtime.settings_rules import check_names as check_names  # re-exported
+from endpoint_runtime.settings_rules import replace as replace  # re-exported
 
 ENV_PREFIX = "ENDPOINT_RUNTIME_"
 
@@ -110,9 +115,6 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         return f"TransportSettings({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
 
 
-S = TypeVar("S", bound=msgspec.Struct)
-
-
 def settings_from_env(
     settings_type: type[msgspec.Struct],
     environ: Mapping[str, str] | None = None,
@@ -127,7 +129,7 @@ def settings_from_env(
     env = os.environ if environ is None else environ
     found: dict[str, Any] = {}
     for field in msgspec.structs.fields(settings_type):
-        nested = _struct_type(field.type)
+        nested = struct_type(field.type)
         if nested is None:
             value = env.get(prefix + field.name.upper())
             if value is not None:
@@ -139,25 +141,6 @@ def settings_from_env(
         if values:
             found[field.name] = values
     return found
-
-
-def _struct_type(annotation: Any) -> type[msgspec.Struct] | None:
-    """The Struct type of a field annotated ``SomeStruct`` or ``SomeStruct | None``."""
-    candidates = typing.get_args(annotation) or (annotation,)
-    for candidate in candidates:
-        if isinstance(candidate, type) and issubclass(candidate, msgspec.Struct):
-            return candidate
-    return None
-
-
-def _deep_merge(base: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
-            merged[key] = _deep_merge(dict(merged[key]), value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def load_settings(
@@ -180,7 +163,7 @@ def load_settings(
             raise ConfigurationError(f"cannot read settings file {path}: {exc}") from exc
         section = document.get(table, {}) if table else document
         values.update(section)
-    values = _deep_merge(values, settings_from_env(settings_type, environ))
+    values = deep_merge(values, settings_from_env(settings_type, environ))
     values.update({k: v for k, v in overrides.items() if v is not None})
     check_names(settings_type, values)
     try:
@@ -404,49 +387,3 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     @property
     def max_receivers(self) -> int:
         return -(-self.max_concurrency // self.slots_per_receiver)
-
-
-def check_finite(settings: msgspec.Struct) -> None:
-    """Fail on a number setting that is NaN or infinite: NaN passes every range check, and an
-    infinite duration overflows what is computed from it."""
-    for name in settings.__struct_fields__:
-        value = getattr(settings, name)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ConfigurationError(f"{name} must be a finite number (got {value})")
-
-
-def check_names(settings_type: type[msgspec.Struct], values: Mapping[str, Any],
-                where: str = "") -> None:
-    """Fail on a setting name ``settings_type`` does not have, naming the closest valid one
-    (``max_concurency`` -> ``max_concurrency``); nested settings are checked too."""
-    fields = {field.name: field for field in msgspec.structs.fields(settings_type)}
-    for name, value in values.items():
-        field = fields.get(name)
-        if field is None:
-            close = difflib.get_close_matches(name, fields, n=1)
-            hint = f"; did you mean {where + close[0]!r}?" if close else ""
-            raise ConfigurationError(
-                f"unknown {settings_type.__name__} setting {where + name!r}{hint}")
-        nested = _struct_type(field.type)
-        if nested is not None and isinstance(value, Mapping):
-            check_names(nested, value, f"{where}{name}.")
-
-
-def replace(settings: S, **changes: Any) -> S:
-    """A copy of ``settings`` with ``changes``, validated like settings loaded from a file:
-    unknown names fail with the closest valid one, values take their field's type (``"8"``
-    becomes 8) or fail, invariants are checked."""
-    check_names(type(settings), changes)
-    types = {field.name: field.type for field in msgspec.structs.fields(settings)}
-    converted = {}
-    for name, value in changes.items():
-        try:
-            converted[name] = msgspec.convert(value, types[name], strict=False)
-        except msgspec.ValidationError as exc:
-            raise ConfigurationError(
-                f"invalid {type(settings).__name__} setting {name!r}: {exc}") from exc
-    changed = msgspec.structs.replace(settings, **converted)
-    post_init = getattr(changed, "__post_init__", None)
-    if post_init is not None:
-        post_init()
-    return changed
