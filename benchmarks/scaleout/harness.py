@@ -47,14 +47,22 @@ async def alternate(sides: Sequence[Side], dsn: str, load: Load, runs: int,
 
 
 def per_side(results: dict[str, list[DrainResult]]) -> dict[str, dict[str, Any]]:
-    """Each side's median rate, its spread over the runs, and its configuration."""
+    """Each side's median rate, its spread over the runs, its configuration, and the median
+    of each further figure its drains report."""
     return {
         name: {"msgs_per_s": round(median([d.msgs_per_s for d in drains]), 1),
                "spread": {k: round(v, 1) for k, v in
                           summarize([d.msgs_per_s for d in drains]).items()},
-               "config": drains[0].config, "runs": len(drains)}
+               "config": drains[0].config, "runs": len(drains),
+               **({"figures": median_figures(drains)} if drains[0].figures else {})}
         for name, drains in results.items() if drains
     }
+
+
+def median_figures(drains: list[DrainResult]) -> dict[str, float]:
+    """The median over the drains of each figure the first drain reports."""
+    return {key: round(median([d.figures[key] for d in drains if key in d.figures]), 2)
+            for key in drains[0].figures}
 
 
 def paired_ratio(results: dict[str, list[DrainResult]], top: str, bottom: str) -> float | None:

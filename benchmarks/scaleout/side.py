@@ -39,6 +39,9 @@ class DrainResult:
     seconds: float
     handled: int  # distinct messages in the sink after the drain
     duplicates: int  # sink rows beyond one per message
+    # Further figures of the drain where a side has them, e.g. the runtime's receivers and
+    # the nodes they ran on, or a send rate (added for the harness's sweeps; peers leave it).
+    figures: dict[str, float] = field(default_factory=dict)
 
     @property
     def msgs_per_s(self) -> float:
