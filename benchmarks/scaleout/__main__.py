@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 
 from benchmarks.common import RESULTS_DIR, progress, provenance, write_result
-from benchmarks.scaleout import report
+from benchmarks.scaleout import plots, report
 from benchmarks.scaleout.endurance import endurance
 from benchmarks.scaleout.harness import alternate, per_side, target_ratios
 from benchmarks.scaleout.nodes import nodes_sweep
@@ -47,6 +47,7 @@ from benchmarks.scaleout.phases import (
 from benchmarks.scaleout.side import Load
 from endpoint_runtime.embedded import redact_dsn, resolve_dsn
 
+DOCS_IMAGES = report.DOCS.parent / "images"
 PHASES = ("drains", "concurrency", "sizes", "latency", "notify", "endurance", "nodes")
 QUICK = {"messages": 4_800, "runs": 3, "concurrency": (1, 4, 16), "sweep_runs": 1,
          "sizes": {100: 4_800, 10_000: 1_600, 1_000_000: 48}, "latency_s": 8.0,
@@ -104,7 +105,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
     parser.add_argument("--endurance", type=int, help="backlog of the endurance drain")
     parser.add_argument("--write-docs", action="store_true",
-                        help="put the drain table into docs/performance.md")
+                        help="put the tables into docs/performance.md, the plots into "
+                        "docs/images/")
     args = parser.parse_args(argv)
     if args.messages is not None and args.messages % 64:
         parser.error("--messages must be a multiple of 64 (pgbench splits it over clients)")
@@ -117,13 +119,16 @@ def run(argv: list[str] | None = None) -> None:
     # workers inherit this process's environment.
     os.environ.setdefault("ENDPOINT_RUNTIME_LOG_LEVEL", "warning")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    started = round(os.getloadavg()[0], 2)
     result = {**asyncio.run(main(args)), **provenance()}
+    result["load_average"] = {"start": started, "end": round(os.getloadavg()[0], 2)}
     path = write_result("scaleout", result)
-    plots = report.plot(result, RESULTS_DIR) if "drains" in result["phases"] else []
-    progress(f"wrote {path} and {', '.join(str(p) for p in plots) or 'no plot'}")
-    if args.write_docs and "drains" in result["phases"]:
+    written = plots.plot(result, RESULTS_DIR)
+    progress(f"wrote {path} and {', '.join(str(p) for p in written) or 'no plot'}")
+    if args.write_docs:
         report.write_table(result)
-        progress(f"wrote the drain table into {report.DOCS}")
+        plots.plot(result, DOCS_IMAGES)
+        progress(f"wrote the tables into {report.DOCS} and the plots into {DOCS_IMAGES}")
     print(json.dumps(result), flush=True)
 
 

@@ -24,6 +24,27 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     ("single_vs_pgbench", "runtime_single", "pgbench"),
 )
 
+# What the issue wants of each target: (comparison, bound).
+THRESHOLDS: dict[str, tuple[str, float]] = {
+    "batched_vs_pgqueuer_best": (">=", 8.0),
+    "single_vs_pgqueuer_best": (">=", 1.5),
+    "single_vs_procrastinate_default": (">=", 5.0),
+    "single_vs_lean_asyncpg": (">=", 0.95),
+    "batched_vs_lean_asyncpg_batched": (">=", 0.85),
+    "single_vs_pgbench": (">=", 0.75),
+    "latency_p50_ms_at_50pct": ("<", 5.0),
+    "latency_p99_ms_at_50pct": ("<", 25.0),
+    "rss_growth_pct": ("<=", 10.0),
+}
+
+
+def target_met(key: str, value: float | None) -> bool | None:
+    """Whether a measured target meets the issue's bound (None when it was not measured)."""
+    if value is None:
+        return None
+    sign, bound = THRESHOLDS[key]
+    return value >= bound if sign == ">=" else value < bound if sign == "<" else value <= bound
+
 
 async def alternate(sides: Sequence[Side], dsn: str, load: Load, runs: int,
                     phase: str) -> dict[str, list[DrainResult]]:

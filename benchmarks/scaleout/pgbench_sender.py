@@ -37,7 +37,7 @@ from endpoint_runtime.transport.sending import encode_headers
 CLIENTS = 8
 """pgbench clients (sends in flight at once), as many as the Python sender's."""
 PLACEHOLDER_ID = "00000000-0000-4000-8000-000000000000"
-PLACEHOLDER_TIME = "2000-01-01 00:00:00:000000 Z"
+PLACEHOLDER_TIME = "scaleout-time-sent"  # no colon: see SEND_SCRIPT
 
 # Headers, body and the time format travel base64-encoded: pgbench reads ``:name`` in a
 # script as a variable, and they have colons. No other colon is in the statement but the

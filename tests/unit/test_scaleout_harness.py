@@ -41,7 +41,7 @@ def test_targets_name_every_ratio_of_the_issue() -> None:
 def test_the_table_replaces_only_what_lies_between_its_markers(tmp_path: Path) -> None:
     docs = tmp_path / "performance.md"
     docs.write_text(f"before\n{report.TABLE_START}\nold\n{report.TABLE_END}\nafter\n")
-    result = {"commit": "abc", "server": "s", "runs": 1, "load": vars(LOAD),
+    result = {"commit": "abc", "server": "s", "runs": 1, "load": vars(LOAD), "quick": True,
               "phases": {"drains": {"sides": per_side({"pgbench": drains("pgbench", 1.0),
                                                        "x": drains("x", 2.0)})}},
               "targets": {"single_vs_pgbench": 0.5}}
