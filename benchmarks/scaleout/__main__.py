@@ -50,7 +50,7 @@ from endpoint_runtime.embedded import redact_dsn, resolve_dsn
 DOCS_IMAGES = report.DOCS.parent / "images"
 PHASES = ("drains", "concurrency", "sizes", "latency", "notify", "endurance", "nodes")
 QUICK = {"messages": 4_800, "runs": 3, "concurrency": (1, 4, 16), "sweep_runs": 1,
-         "sizes": {100: 4_800, 10_000: 1_600, 1_000_000: 48}, "latency_s": 8.0,
+         "sizes": {100: 4_800, 10_000: 1_600, 1_000_000: 48}, "latency_s": 6.0,
          "notify_senders": (16,), "notify_runs": 2, "endurance": 100_000,
          "nodes": (1, 2, 3), "per_node": (1, 2), "nodes_messages": 4_800}
 FULL = {"messages": 9_600, "runs": 5, "concurrency": (1, 4, 16, 64), "sweep_runs": 3,

@@ -22,6 +22,7 @@ import base64
 import re
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,16 +83,18 @@ def parse_pgbench(output: str) -> dict[str, float]:
     return figures
 
 
-def run_pgbench(running: Deployed, body_bytes: int, rate_per_s: float,
+def run_pgbench(running: Deployed, body_bytes: int, rate_per_s: float | None,
                 seconds: float) -> dict[str, float]:
-    """pgbench sending at ``rate_per_s`` for ``seconds`` (blocking); its figures."""
+    """pgbench sending at ``rate_per_s`` (None: as fast as it can) for ``seconds``
+    (blocking); its figures."""
     connection, database = pgbench_connection_args(running.dsn)
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as script:
         script.write(send_script(running.queue.qualified, body_bytes))
         script.flush()
+        rate = [] if rate_per_s is None else ["-R", f"{rate_per_s:.1f}"]
         command = [pgbench_binary(), *connection, "-n", "-M", "prepared", "-c", str(CLIENTS),
-                   "-j", "2", "-R", f"{rate_per_s:.1f}", "-T", str(max(1, round(seconds))),
-                   "-f", script.name, database]
+                   "-j", "2", *rate, "-T", str(max(1, round(seconds))), "-f", script.name,
+                   database]
         finished = subprocess.run(command, capture_output=True, text=True, check=False)
     if finished.returncode != 0:
         raise RuntimeError(f"pgbench sender failed: {finished.stderr.strip()[-500:]}")
@@ -114,6 +117,20 @@ class PgbenchSenderSide:
 
     async def drain(self, dsn: str, load: Load) -> DrainResult:
         return await self.runtime.drain(dsn, load)
+
+    async def peak(self, dsn: str, load: Load, seconds: float) -> float:
+        """The side's peak with sends and receives together: pgbench sends as fast as it can
+        for ``seconds`` while the deployment handles; messages over the time from the first
+        send to the last sink row. (A drain's peak leaves out the sends' own commits, which
+        an open loop adds on the same server.)"""
+        async with self.runtime.deployed(dsn, load) as running:
+            await running.pool.execute("CREATE SEQUENCE scaleout_keys")
+            started = time.perf_counter()
+            figures = await asyncio.to_thread(run_pgbench, running, load.body_bytes, None,
+                                              seconds)
+            sent = int(figures.get("sent", 0))
+            done = await wait_for_rows(running.pool, sent, SETTLE_S)
+        return sent / (done - started)
 
     async def open_loop(self, dsn: str, load: Load, rate_per_s: float,
                         seconds: float) -> LatencyResult:

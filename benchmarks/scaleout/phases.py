@@ -64,37 +64,51 @@ async def sweep(dsn: str, points: dict[int, Load], runs: int, phase: str) -> dic
 
 
 def latency_sides() -> list[tuple[Side, str]]:
-    """The latency phase's sides, each with the drain side whose peak sets its rates: the
-    runtime's two atomic modes sent to by pgbench (the target's figures), and the runtime's
-    single-message mode and pgqueuer's best sent to by the Python sender (like with like)."""
+    """The latency phase's sides, each with the drain side whose peak sets the Python
+    sender's rates: the runtime's two atomic modes sent to by pgbench (the target's figures;
+    their peak measured with sends and receives together), and the runtime's single-message
+    mode and pgqueuer's best sent to by the Python sender (like with like, at shares of their
+    drain peaks)."""
     single, batched = runtime_sides(batch_sizes=(50,), include=("single", "batched"))
     return [(PgbenchSenderSide(single), single.name), (PgbenchSenderSide(batched), batched.name),
             (single, single.name), (peer("pgqueuer_best"), "pgqueuer_best")]
 
 
-async def latency(dsn: str, load: Load, peaks: dict[str, float],
+async def side_peak(side: Side, peak_of: str, dsn: str, load: Load,
+                    drain_peaks: dict[str, float], seconds: float) -> tuple[float, str]:
+    """The rate a latency side's shares are taken of, and what it is."""
+    if isinstance(side, PgbenchSenderSide):
+        return await side.peak(dsn, load, seconds), "sends and receives together (pgbench)"
+    if peak_of not in drain_peaks:
+        drain_peaks[peak_of] = (await side.drain(dsn, load)).msgs_per_s
+    return drain_peaks[peak_of], "drain"
+
+
+async def latency(dsn: str, load: Load, drain_peaks: dict[str, float],
                   seconds: float) -> dict[str, Any]:
-    """Each latency side at 50% and 90% of its drain peak (measured here when ``peaks`` lacks
-    it), keyed ``side@share``."""
-    measured: dict[str, Any] = {}
+    """Each latency side at 50% and 90% of its peak: ``runs`` keyed ``side@share``, and the
+    ``peaks`` they were taken of."""
+    runs: dict[str, Any] = {}
+    peaks: dict[str, Any] = {}
     for side, peak_of in latency_sides():
-        if peak_of not in peaks:
-            peaks[peak_of] = (await side.drain(dsn, load)).msgs_per_s
+        peak, kind = await side_peak(side, peak_of, dsn, load, drain_peaks, seconds)
+        peaks[side.name] = {"msgs_per_s": round(peak, 1), "kind": kind}
         for share in LOADS:
-            result = await side.open_loop(dsn, load, peaks[peak_of] * share, seconds)
-            measured[f"{side.name}@{share:.0%}"] = result.as_json()
-            progress(f"[latency] {side.name} at {share:.0%} of {peaks[peak_of]:,.0f}/s: sent "
+            result = await side.open_loop(dsn, load, peak * share, seconds)
+            runs[f"{side.name}@{share:.0%}"] = result.as_json()
+            progress(f"[latency] {side.name} at {share:.0%} of {peak:,.0f}/s ({kind}): sent "
                      f"{result.sent}, handled {result.handled}, to start "
                      f"{result.to_handler_start_ms}, to done {result.to_completion_ms}")
-    return measured
+    return {"runs": runs, "peaks": peaks}
 
 
 def latency_targets(measured: dict[str, Any]) -> dict[str, float | None]:
     """The issue's latency targets: the runtime's single-message mode at 50% of its peak,
     send to handler start (pgbench sending)."""
-    at_half = measured.get(f"{LATENCY_TARGET_SIDE}@50%", {}).get("to_handler_start_ms", {})
-    return {"latency_p50_ms_at_50pct": at_half.get("p50"),
-            "latency_p99_ms_at_50pct": at_half.get("p99")}
+    at_half = measured["runs"].get(f"{LATENCY_TARGET_SIDE}@50%", {})
+    start = at_half.get("to_handler_start_ms", {})
+    return {"latency_p50_ms_at_50pct": start.get("p50"),
+            "latency_p99_ms_at_50pct": start.get("p99")}
 
 
 async def notify_phase(dsn: str, load: Load, senders: tuple[int, ...],

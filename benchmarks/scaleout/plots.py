@@ -48,7 +48,7 @@ def sweep(phase: str) -> Callable[[Axes, dict[str, Any]], None]:
 
 def latency(axes: Axes, result: dict[str, Any]) -> None:
     """p50, p95 and p99 of send to handler start per latency run (log scale)."""
-    runs = result["phases"]["latency"]
+    runs = result["phases"]["latency"]["runs"]
     keys = list(runs)
     for offset, q in enumerate(("p50", "p95", "p99")):
         values = [max(runs[key]["to_handler_start_ms"].get(q, 0.0), 0.01) for key in keys]
@@ -57,7 +57,7 @@ def latency(axes: Axes, result: dict[str, Any]) -> None:
     axes.set_yticks(range(len(keys)), keys, fontsize=7)
     axes.set_xscale("log")
     axes.set_xlabel("send to handler start, ms (database clock)")
-    axes.set_title("Latency under an open-loop load (share of each side's drain peak)")
+    axes.set_title("Latency under an open-loop load (shares of each side's peak)")
     axes.legend(fontsize=8)
 
 

@@ -59,11 +59,15 @@ def sweep_table(sweep: dict[str, Any], label: str) -> list[str]:
 
 
 def latency_table(latency: dict[str, Any]) -> list[str]:
-    """Each latency run: its rate, sent and handled, and the percentiles (ms)."""
-    lines = ["| side @ share of its peak | rate/s | sent | handled | to handler start "
+    """The peaks the loads are shares of; each latency run: its rate, sent and handled, and
+    the percentiles (ms)."""
+    peaks = "; ".join(f"{name} {peak['msgs_per_s']:,.0f}/s ({peak['kind']})"
+                      for name, peak in latency["peaks"].items())
+    lines = [f"Peaks: {peaks}.", "",
+             "| side @ share of its peak | rate/s | sent | handled | to handler start "
              "p50 / p95 / p99 ms | to completion p99 ms | sender lag avg / max ms |",
              "|---|---:|---:|---:|---:|---:|---:|"]
-    for key, run in latency.items():
+    for key, run in latency["runs"].items():
         start = run["to_handler_start_ms"]
         lag = run["config"]
         lines.append(
