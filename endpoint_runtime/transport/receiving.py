@@ -122,16 +122,23 @@ async def receive_batch(
 ) -> list[Received]:
     """Take up to ``limit`` unlocked messages in seq order (expired ones deleted, skipped),
     starting past the connection's position as :func:`receive` does. The position becomes
-    the lowest seq taken minus one: a batch that rolls back is found again whole."""
+    the lowest seq taken minus one: a batch that rolls back is found again whole.
+
+    An empty list means the queue had nothing to take: a batch of expired rows only is
+    deleted and the next batch taken, as :func:`receive` does, so that a caller does not
+    mistake it for an empty queue and leave the rows behind it waiting."""
     position = receive_position(connection, address)
-    try:
-        rows = await connection.fetch(statements.for_queue(address)["receive_batch"], limit,
-                                      position.start() if position else 0)
-    except asyncpg.UndefinedTableError as exc:
-        raise QueueNotFoundError(str(address)) from exc
-    if position is not None:
-        position.taken(rows[0]["seq"] if rows else None)
-    return [to_message(row) for row in rows if not row["expired"]]
+    statement = statements.for_queue(address)["receive_batch"]
+    while True:
+        try:
+            rows = await connection.fetch(statement, limit, position.start() if position else 0)
+        except asyncpg.UndefinedTableError as exc:
+            raise QueueNotFoundError(str(address)) from exc
+        if position is not None:
+            position.taken(rows[0]["seq"] if rows else None)
+        live = [to_message(row) for row in rows if not row["expired"]]
+        if live or not rows:
+            return live
 
 
 async def reinsert(

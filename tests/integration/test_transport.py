@@ -115,6 +115,25 @@ async def test_a_batched_receive_never_returns_expired_messages(
     assert await transport.depth(address) == 0  # the expired rows were deleted on the way
 
 
+async def test_a_batch_of_expired_rows_only_is_not_mistaken_for_an_empty_queue(
+    transport: PostgresTransport,
+) -> None:
+    """Found by the fuzz test of received rows: a batch whose rows had all expired came back
+    empty, and the batched round reported an empty queue with live rows still behind it."""
+    address = await transport.create_queue("ttbr_batch_all")
+    short = [create_outgoing(OrderPlaced(n), time_to_be_received=timedelta(milliseconds=1))
+             for n in range(4)]
+    lasting = [create_outgoing(OrderPlaced(10 + n)) for n in range(2)]
+    await transport.send_many(address, [*short, *lasting])
+    await wait_until_expired(transport, address, count=4)
+
+    async with transport.pool.acquire() as connection, connection.transaction():
+        batch = await receiving.receive_batch(connection, address, 4)
+
+    assert [m.message_id for m in batch] == [m.message_id for m in lasting]
+    assert await transport.depth(address) == 0
+
+
 @pytest.mark.parametrize("batched", [False, True])
 async def test_a_receive_in_an_old_transaction_skips_what_expired_since_it_began(
     transport: PostgresTransport, batched: bool,
