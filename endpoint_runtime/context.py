@@ -31,7 +31,7 @@ from endpoint_runtime.messages import (
 from endpoint_runtime.outgoing import MACHINE, create_outgoing
 from endpoint_runtime.subscriptions import SubscriptionStore, enclosed_types, topics_of
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.transport.connection import DatabaseConnection, is_lost
 from endpoint_runtime.transport.queue_tables import ensure_queue_table
 
 if TYPE_CHECKING:  # the transactions package gives handlers these; it imports this module
@@ -138,7 +138,8 @@ class HandlerContext:
     def connection_lost(self) -> bool:
         """Whether the handlers' database connection is gone: a failure of the transport,
         not of the message."""
-        return self._connection is not None and bool(self._connection.is_closed())
+        return self._connection is not None and is_lost(
+            cast("DatabaseConnection", self._connection))
 
     async def send(
         self,

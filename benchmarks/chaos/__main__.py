@@ -10,6 +10,12 @@ Examples::
 
 from __future__ import annotations
 
+import os
+
+# The run's own Ray cluster uses token auth (tests.cluster.nodes); Ray reads the mode when it
+# is imported, so it is set before anything imports Ray (the run's driver joins that cluster).
+os.environ["RAY_AUTH_MODE"] = "token"
+
 import argparse
 
 from benchmarks.chaos.endpoints import MODES

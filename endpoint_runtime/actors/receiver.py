@@ -321,8 +321,10 @@ class Receiver:
                     successes = 0
                     self.wake(1)
         finally:
-            await slot.close()
-            await self._pool.release(connection)
+            try:
+                await slot.close()
+            finally:
+                await self._pool.release(connection)
 
     @property
     def _effective_allowance(self) -> int:

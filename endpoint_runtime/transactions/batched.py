@@ -25,7 +25,7 @@ from endpoint_runtime.transactions.single import (
     end_carried_transaction,
 )
 from endpoint_runtime.transport import receiving
-from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.transport.connection import QUERY_ERRORS, DatabaseConnection
 
 MESSAGE_SAVEPOINT = "endpoint_runtime_message"
 
@@ -51,7 +51,7 @@ class BatchedAtomicStrategy:
             await transaction.commit()
         except BaseException:
             # Connection lost or COMMIT failed (the server rolled back): nothing to undo.
-            with contextlib.suppress(asyncpg.InterfaceError, asyncpg.PostgresError, OSError):
+            with contextlib.suppress(*QUERY_ERRORS):
                 await transaction.rollback()
             raise
         for message in handled:

@@ -69,7 +69,13 @@ from endpoint_runtime.transactions.single import (
 )
 from endpoint_runtime.transport import receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
+from endpoint_runtime.transport.connection import (
+    QUERY_ERRORS,
+    DatabaseConnection,
+    in_transaction,
+    is_lost,
+    prepared_name,
+)
 from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
 from endpoint_runtime.transport.receiving import Received
 from endpoint_runtime.transport.sending import STATEMENT_SIZE_LIMIT, row_id
@@ -186,7 +192,7 @@ class OutboxStrategy:
         pessimistic = self.settings.pessimistic
         isolation = self.settings.isolation.replace("_", " ").upper()
         begin = f"BEGIN ISOLATION LEVEL {isolation}"
-        carried = business.is_in_transaction()
+        carried = in_transaction(business)
         try:
             if pessimistic:
                 duplicate = not await self._storage.claim(business, message_id, begin=begin)
@@ -243,9 +249,9 @@ class OutboxStrategy:
     async def _committed(self, business: DatabaseConnection, message_id: str) -> bool:
         """After a failure: whether the record of ``message_id`` is committed (so the
         business transaction did commit). ``False`` when that cannot be told."""
-        if business.is_closed():
+        if is_lost(business):
             return False
-        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+        with contextlib.suppress(*QUERY_ERRORS):
             return await self._storage.look_up(business, message_id, begin=None)
         return False
 
@@ -341,14 +347,14 @@ class OutboxSlot(ReceiveSlot):
         it, it is lost whole: its messages come back, find their records, are dispatched if
         they were not, and acked. The business transaction, on the other connection, stays
         synchronous. RESET when the slot returns the connection to the pool."""
-        if not self.connection.is_in_transaction():
+        if not in_transaction(self.connection):
             if not self._strategy.settings.synchronous_acks:
                 await self.connection.execute("SET synchronous_commit = off")
             await self.business_connection()
 
     async def business_connection(self) -> PoolConnectionProxy[asyncpg.Record]:
         pool = self._strategy.pool
-        if self.business is not None and self.business.is_closed():
+        if self.business is not None and is_lost(self.business):
             await pool.release(self.business)
             self.business = None
         if self.business is None:
@@ -356,28 +362,33 @@ class OutboxSlot(ReceiveSlot):
         return self.business
 
     async def release(self) -> None:
-        if self.group.open:
-            await _commit_acks(self.connection, self.group)
-        await end_carried_transaction(self.connection)
-        if self.business is not None:
-            await end_carried_transaction(self.business)
-            await self._strategy.pool.release(self.business)
-            self.business = None
+        try:
+            if self.group.open:
+                await _commit_acks(self.connection, self.group)
+            await end_carried_transaction(self.connection)
+        finally:
+            # Whatever became of the receive connection, the business one goes back.
+            if self.business is not None:
+                business, self.business = self.business, None
+                try:
+                    await end_carried_transaction(business)
+                finally:
+                    await self._strategy.pool.release(business)
 
 
 async def _commit_acks(connection: DatabaseConnection, group: AckGroup) -> None:
     """The slot ends with acks waiting: commit them. If that fails they roll back; their
     messages come again and are acknowledged then."""
-    if connection.is_closed() or not connection.is_in_transaction():
+    if not in_transaction(connection):
         return
     try:
         await connection.execute("COMMIT")
-    except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+    except QUERY_ERRORS as exc:
         log.warning("outbox_acks_rolled_back", acks=group.acks,
                     error=f"{type(exc).__name__}: {exc}")
 
 
 async def _rollback(business: DatabaseConnection) -> None:
-    if not business.is_closed() and business.is_in_transaction():
-        with contextlib.suppress(asyncpg.PostgresError, asyncpg.InterfaceError):
+    if in_transaction(business):
+        with contextlib.suppress(*QUERY_ERRORS):
             await business.execute("ROLLBACK")

@@ -35,7 +35,12 @@ from endpoint_runtime.transactions.base import (
 )
 from endpoint_runtime.transactions.connections import OpenTransactionConnection
 from endpoint_runtime.transport import receiving
-from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.transport.connection import (
+    QUERY_ERRORS,
+    DatabaseConnection,
+    in_transaction,
+    is_lost,
+)
 
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
 # Before a handled message's COMMIT: fails in an aborted transaction, whose COMMIT PostgreSQL
@@ -105,7 +110,7 @@ FAILED_ROUND = Round(taken=1, failed=1)
 
 async def begin_unless_carried(connection: DatabaseConnection) -> None:
     """The last round's ``COMMIT; BEGIN`` may have begun this round's transaction already."""
-    if not connection.is_in_transaction():
+    if not in_transaction(connection):
         await connection.execute("BEGIN")
 
 
@@ -117,7 +122,7 @@ def charge_or_raise(
     charged to it; a lost connection, a failed recoverability step, a cancellation or a
     failure before a message was taken are raised to the receive loop."""
     if (not isinstance(exc, Exception) or not isinstance(received, TransportMessage)
-            or isinstance(exc, RecoverabilityFailedError) or connection.is_closed()):
+            or isinstance(exc, RecoverabilityFailedError) or is_lost(connection)):
         raise exc
     pipeline.failed(received, exc)
 
@@ -151,13 +156,13 @@ async def commit_and_begin(
 
 async def end_carried_transaction(connection: DatabaseConnection) -> None:
     """Roll back the transaction a slot's last round began for the next (it did nothing)."""
-    if not connection.is_closed() and connection.is_in_transaction():
+    if in_transaction(connection):
         await rollback_quietly(connection)
 
 
 async def rollback_quietly(connection: DatabaseConnection) -> None:
     # Connection lost or transaction already ended: the server rolls back by itself.
-    if connection.is_closed() or not connection.is_in_transaction():
+    if not in_transaction(connection):
         return
-    with contextlib.suppress(asyncpg.InterfaceError, asyncpg.PostgresError, OSError):
+    with contextlib.suppress(*QUERY_ERRORS):
         await connection.execute("ROLLBACK")

@@ -28,6 +28,30 @@ DatabaseConnection: TypeAlias = (
 )
 """A connection as the runtime holds it: its own, or one acquired from a pool (a proxy)."""
 
+QUERY_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+                OSError)
+"""What a statement on a failing connection may raise: the server's error, a lost connection,
+and asyncpg's protocol caught mid-operation by the connection's loss
+(``InternalClientError: cannot switch to state ...``). Cleanup that must not fail suppresses
+these."""
+
+
+def is_lost(connection: DatabaseConnection) -> bool:
+    """Whether ``connection`` is closed. A pool's proxy whose connection closed while checked
+    out (terminated, server restarted) is detached by asyncpg at once, its holder back in the
+    pool, and then raises ``InterfaceError`` on every call, ``is_closed()`` included: that
+    connection is lost too."""
+    try:
+        return connection.is_closed()
+    except asyncpg.InterfaceError:
+        return True
+
+
+def in_transaction(connection: DatabaseConnection) -> bool:
+    """Whether ``connection`` is alive and inside a transaction (see :func:`is_lost`)."""
+    return not is_lost(connection) and connection.is_in_transaction()
+
+
 MAX_PREPARED_STATEMENTS = 128
 """SQL-level prepared statements one connection keeps. A single transaction must not use
 more distinct statements than this (they are named in text sent later, e.g. with COMMIT)."""

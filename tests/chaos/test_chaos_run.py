@@ -21,15 +21,7 @@ import pytest
 from benchmarks.chaos.endpoints import MODES
 from benchmarks.chaos.schedule import FaultKind, PoisonKind
 
-pytestmark = [
-    pytest.mark.ray,
-    pytest.mark.timeout(1200),
-    # Not yet passing end to end (issue 20 open): in a clean clone the run failed to connect its
-    # own three-node Ray cluster. Run it with ENDPOINT_RUNTIME_CHAOS=1 until it gates CI.
-    pytest.mark.skipif(os.environ.get("ENDPOINT_RUNTIME_CHAOS") != "1",
-                       reason="the CI-sized chaos run does not pass yet (issue 20); "
-                              "ENDPOINT_RUNTIME_CHAOS=1 runs it"),
-]
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(1200)]
 
 ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 2_000

@@ -3,6 +3,8 @@ PostgreSQL, driven through the receive strategy, no Ray)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import msgspec
 import pytest
 
@@ -13,6 +15,7 @@ from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transactions.outbox import OutboxStrategy
+from endpoint_runtime.transport.connection import QUERY_ERRORS
 from tests.integration.test_outbox import counts, drain, prepare
 from tests.support.expiry import send_expiring, wait_until_expired
 from tests.support.outbox_endpoints import PayInvoice, receipts
@@ -195,3 +198,36 @@ async def test_a_send_to_a_missing_queue_fails_the_message_naming_the_queue(
     assert "no_such_ledger" in failed.headers[ErrorHeaders.MESSAGE]
     assert failed.headers[ErrorHeaders.EXCEPTION_TYPE].endswith("QueueNotFoundError")
     assert await counts(transport) == (0, 0, 1)  # the business work rolled back
+
+
+async def test_a_slot_whose_receive_connection_was_lost_closes_and_returns_both(
+    transport: PostgresTransport,
+) -> None:
+    """Found by the chaos run: asyncpg detaches a pool's proxy when its connection is lost,
+    and every call on it then raises, ``is_closed()`` too. The slot's close raised on the
+    lost receive connection and never gave the business connection back: it stayed idle in
+    a transaction and the receiver's drain waited for it forever."""
+    strategy = await prepare(transport, receipts)
+    await send(transport, "a", "b")
+    connection = await transport.pool.acquire()
+    slot = strategy.open_slot(connection)
+    assert await slot.round() == HANDLED  # its ack waits; the business connection is kept
+    receive_pid = connection.get_server_pid()
+    await transport.pool.execute("SELECT pg_terminate_backend($1)", receive_pid)
+
+    # The next round meets the loss: as a lost connection, or (when the server's notice of
+    # the termination arrives mid-query) as asyncpg's protocol caught in another state.
+    with pytest.raises(QUERY_ERRORS):
+        await slot.round()
+    await slot.close()
+    await transport.pool.release(connection)
+
+    # Both went back: the pool can hand out its every connection again, none in a transaction.
+    size = transport.pool.get_max_size()
+    held = [await asyncio.wait_for(transport.pool.acquire(), 5) for _ in range(size)]
+    try:
+        assert not any(held_connection.is_in_transaction() for held_connection in held)
+    finally:
+        for held_connection in held:
+            await transport.pool.release(held_connection)
+    assert await transport.depth("receipts") == 2  # the lost ack: "a" comes again
