@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
+import structlog
 
 from endpoint_runtime.embedded import redact_dsn, resolve_dsn
 from endpoint_runtime.errors import DatabaseUnavailableError
@@ -23,7 +24,9 @@ from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection, Home, QueueConnection
 from endpoint_runtime.transport.queues import QueueInfo
 
-__all__ = ["PostgresTransport", "connect_pool"]
+__all__ = ["PostgresTransport", "close_pool", "connect_pool"]
+
+log = structlog.get_logger("endpoint_runtime.connecting")
 
 
 async def connect_pool(
@@ -53,6 +56,23 @@ async def connect_pool(
         ) from None
     home.pool = pool
     return pool
+
+
+POOL_CLOSE_TIMEOUT = 5.0
+"""Seconds a stopping actor waits for its pool's connections to come back."""
+
+
+async def close_pool(pool: asyncpg.Pool, timeout: float = POOL_CLOSE_TIMEOUT) -> None:  # noqa: ASYNC109
+    """Close ``pool`` gracefully, waiting at most ``timeout`` seconds for its connections to
+    come back; then terminate it. ``Pool.close`` alone waits for every checked-out
+    connection without a bound: one that a failed cleanup never returned would hold a stop
+    forever (the server rolls back whatever transaction it had open)."""
+    try:
+        await asyncio.wait_for(pool.close(), timeout)
+    except TimeoutError:
+        log.warning("pool_close_timeout", timeout=timeout,
+                    still_checked_out=pool.get_size() - pool.get_idle_size())
+        pool.terminate()
 
 
 class PostgresTransport:

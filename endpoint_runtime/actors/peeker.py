@@ -39,7 +39,7 @@ from endpoint_runtime.actors.receiver_handles import (
     node_alive,
 )
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
-from endpoint_runtime.connecting import connect_pool
+from endpoint_runtime.connecting import close_pool, connect_pool
 from endpoint_runtime.connection_budget import PEEKER_POOL_SIZE
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.metrics import RayMetrics
@@ -388,7 +388,7 @@ class Peeker:
             with contextlib.suppress(Exception):
                 await self._listener.close()
         if self._pool is not None:
-            await self._pool.close()
+            await close_pool(self._pool)
         log.info("peeker_stopped")
         return self._status([s for s in final if isinstance(s, ReceiverStatus)])
 

@@ -25,7 +25,7 @@ import structlog
 
 from endpoint_runtime.actors.crash_ledger import CrashLedger, DoomedMessages
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
-from endpoint_runtime.connecting import connect_pool
+from endpoint_runtime.connecting import close_pool, connect_pool
 from endpoint_runtime.connection_budget import receiver_pool_size
 from endpoint_runtime.delayed.store import CircuitBreakingStore
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
@@ -249,7 +249,7 @@ class Receiver:
             with contextlib.suppress(Exception):
                 await self._listener.close()
         if self._pool is not None:
-            await self._pool.close()
+            await close_pool(self._pool)
         if self._endpoint is not None:  # started: its pipeline counted
             await self._pipeline.metrics.close()
         if self._ledger is not None:
