@@ -23,12 +23,16 @@ from benchmarks.chaos.schedule import Fate, PoisonKind
 from endpoint_runtime.messages import Headers, OutgoingMessage, encode_headers
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport import QueueAddress, sending
+from endpoint_runtime.transport.connection import QUERY_ERRORS
 
 DRIVER_APPLICATION = "chaos-driver"
 """``application_name`` of the run's own connections: the backend terminations spare them."""
 SEND_DEADLINE = 180.0
 """Seconds a batch may keep failing (database away) before the run gives up."""
-TRANSIENT_ERRORS = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError)
+TRANSIENT_ERRORS = (*QUERY_ERRORS, TimeoutError)
+"""What a send meets while the server restarts or its backend is terminated: asyncpg's
+``InternalClientError`` among them, when the loss catches the protocol mid-query (it once
+ended a run: the driver left the gather and shut the cluster down)."""
 
 SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS chaos_sent (

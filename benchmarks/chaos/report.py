@@ -113,14 +113,20 @@ async def run_mode(run: Run, mode: str, rng: random.Random) -> dict[str, Any]:
     stop = asyncio.Event()
     supervisor = asyncio.create_task(
         supervise(deployment, stop, lambda n: in_flight.__setitem__(0, n)))
-    await asyncio.gather(
-        send_stream(sender, items[backlog:], args.stream_seconds),
-        injector.run(fault_schedule(rng, args.stream_seconds,
-                                    kill_interval=args.kill_interval)))
-    progress(f"chaos: {mode}: stream sent; waiting until nothing is queued, delayed or "
-             "in flight")
-    settled = await _settle(run.dsn, address, delayed, in_flight, supervisor,
-                            args.drain_timeout)
+    try:
+        # A task group: if the stream fails, the injector stops too (no fault outlives it).
+        async with asyncio.TaskGroup() as group:
+            group.create_task(send_stream(sender, items[backlog:], args.stream_seconds))
+            group.create_task(injector.run(fault_schedule(rng, args.stream_seconds,
+                                                          kill_interval=args.kill_interval)))
+        progress(f"chaos: {mode}: stream sent; waiting until nothing is queued, delayed or "
+                 "in flight")
+        settled = await _settle(run.dsn, address, delayed, in_flight, supervisor,
+                                args.drain_timeout)
+    except BaseException as exc:
+        progress(f"chaos: {mode}: the run failed: {exc!r}")
+        supervisor.cancel()
+        raise
     stop.set()
     await supervisor
     final = await deployment.stop()

@@ -43,6 +43,7 @@ from endpoint_runtime.connecting import close_pool, connect_pool
 from endpoint_runtime.connection_budget import PEEKER_POOL_SIZE
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.metrics import RayMetrics
+from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.listening import Listener
 
@@ -326,8 +327,7 @@ class Peeker:
     async def set_max_concurrency(self, max_concurrency: int) -> None:
         """Change the concurrency limit at runtime; takes effect before this returns."""
         async with self._lock:
-            self.settings = msgspec.structs.replace(self.settings, max_concurrency=max_concurrency)
-            self.settings.__post_init__()
+            self.settings = replace_settings(self.settings, max_concurrency=max_concurrency)
             await self._reconcile()
 
     async def status(self, refresh: bool = False) -> DeploymentStatus:
