@@ -24,13 +24,50 @@ import logging
 import sys
 from typing import Any
 
+import asyncpg
+
 from benchmarks.common import progress
 from benchmarks.scaleout.harness import alternate, per_side
 from benchmarks.scaleout.runtime_sides import ATOMIC, RuntimeSide
 from benchmarks.scaleout.side import Load
+from endpoint_runtime.connection_budget import (
+    PEEKER_POOL_SIZE,
+    ConnectionBudget,
+    receiver_pool_size,
+    server_capacity,
+)
 
 SLOTS = 4
 """Slots of every receiver in this sweep (the runtime's default)."""
+
+
+HARNESS_CONNECTIONS = 4
+"""Connections the drain itself holds beside the deployment (its pool, the sink's)."""
+
+
+def budget(nodes: int, per_node: int) -> ConnectionBudget:
+    """The most connections the point's deployment may open (notify_on_send is on)."""
+    return ConnectionBudget(receivers=nodes * per_node,
+                            per_receiver=receiver_pool_size(SLOTS) + 1,
+                            peeker=PEEKER_POOL_SIZE + 1)
+
+
+def fitting(nodes: int, per_node: tuple[int, ...],
+            available: int) -> tuple[tuple[int, ...], dict[str, str]]:
+    """The receivers-per-node counts whose deployment fits in ``available`` server
+    connections, and why each other one was left out (a deployment that cannot fit refuses to
+    start: :mod:`endpoint_runtime.connection_budget`)."""
+    kept: list[int] = []
+    skipped: dict[str, str] = {}
+    for count in per_node:
+        needed = budget(nodes, count).worst_case + HARNESS_CONNECTIONS
+        if needed <= available:
+            kept.append(count)
+        else:
+            skipped[nodes_side(nodes, count).name] = (
+                f"needs up to {needed} connections, the server has {available} left "
+                "(raise max_connections to measure it)")
+    return tuple(kept), skipped
 
 
 def nodes_side(nodes: int, per_node: int) -> RuntimeSide:
@@ -42,11 +79,17 @@ def nodes_side(nodes: int, per_node: int) -> RuntimeSide:
 
 
 async def on_cluster(dsn: str, nodes: int, messages: int, per_node: tuple[int, ...],
-                     runs: int, log_level: str) -> dict[str, Any]:
+                     runs: int, log_level: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Start a cluster of ``nodes``, drain on it from a child process, stop it; the child's
-    medians per side."""
+    medians per side, and the points left out because they cannot fit the server's
+    connections."""
     from tests.cluster.nodes import LocalCluster
 
+    per_node, skipped = fitting(nodes, per_node, await available_connections(dsn))
+    for name, why in skipped.items():
+        progress(f"[nodes {nodes}] {name} left out: {why}")
+    if not per_node:
+        return {}, skipped
     cluster = LocalCluster(workers=[{} for _ in range(nodes - 1)], cpus_per_node=2)
     cluster.environment["ENDPOINT_RUNTIME_LOG_LEVEL"] = log_level
     try:
@@ -63,7 +106,16 @@ async def on_cluster(dsn: str, nodes: int, messages: int, per_node: tuple[int, .
     if child.returncode != 0:
         raise RuntimeError(f"the nodes driver exited with {child.returncode}")
     sides: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
-    return sides
+    return sides, skipped
+
+
+async def available_connections(dsn: str) -> int:
+    """Client connections the server has left (this probe's own not counted)."""
+    connection = await asyncpg.connect(dsn)
+    try:
+        return (await server_capacity(connection)).available
+    finally:
+        await connection.close()
 
 
 async def nodes_sweep(dsn: str, messages: int, node_counts: tuple[int, ...],
@@ -72,13 +124,17 @@ async def nodes_sweep(dsn: str, messages: int, node_counts: tuple[int, ...],
     """Drain ``messages`` at every node count and receivers per node; medians per point."""
     sides: dict[str, dict[str, Any]] = {}
     errors: dict[str, str] = {}
+    skipped: dict[str, str] = {}
     for nodes in node_counts:
         try:
-            sides.update(await on_cluster(dsn, nodes, messages, per_node, runs, log_level))
+            measured, left_out = await on_cluster(dsn, nodes, messages, per_node, runs,
+                                                  log_level)
+            sides.update(measured)
+            skipped.update(left_out)
         except Exception as exc:  # a cluster that would not start: recorded, not fatal
             errors[str(nodes)] = f"{type(exc).__name__}: {exc}"
             progress(f"[nodes {nodes}] failed: {errors[str(nodes)]}")
-    return {"sides": sides, "errors": errors, "slots_per_receiver": SLOTS,
+    return {"sides": sides, "errors": errors, "skipped": skipped, "slots_per_receiver": SLOTS,
             "by_nodes": by_nodes(sides)}
 
 

@@ -116,7 +116,10 @@ def nodes_table(nodes: dict[str, Any]) -> list[str]:
                      f"{number(figures.get('receivers'))} | "
                      f"{number(figures.get('nodes_with_receivers'))} |")
     errors = nodes.get("errors") or {}
-    return lines + (["", f"Failed: {errors}."] if errors else [])
+    skipped = nodes.get("skipped") or {}
+    notes = [f"Left out: {name}: {why}." for name, why in skipped.items()]
+    notes += [f"Failed: {errors}."] if errors else []
+    return lines + (["", *notes] if notes else [])
 
 
 def machine(result: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ import re
 
 from benchmarks.scaleout.endurance import rss_growth
 from benchmarks.scaleout.harness import median_figures, target_met
-from benchmarks.scaleout.nodes import by_nodes, nodes_side
+from benchmarks.scaleout.nodes import by_nodes, fitting, nodes_side
 from benchmarks.scaleout.notify import NotifySide, notify_ratios
 from benchmarks.scaleout.pgbench_sender import parse_pgbench, send_script
 from benchmarks.scaleout.side import DrainResult, Load
@@ -57,6 +57,17 @@ def test_nodes_sides_and_lines() -> None:
              "nodes_2_receivers_1": {"msgs_per_s": 12.0},
              "nodes_2_receivers_2": {"msgs_per_s": 9.0}}
     assert by_nodes(sides) == {"1": {"1": 10.0, "2": 12.0}, "2": {"2": 9.0}}
+
+
+def test_nodes_points_that_cannot_fit_the_servers_connections_are_left_out() -> None:
+    # 3 nodes x 4 receivers of 4 slots: 12 x (2 x 4 + 1 + LISTEN) + 5 for the peeker = 125,
+    # and the drain's own 4: what a server of max_connections 100 cannot give (the full run's
+    # 3-node point failed on it and took the 1- and 2-receiver points with it).
+    kept, skipped = fitting(3, (1, 2, 4), available=97)
+    assert kept == (1, 2)
+    assert list(skipped) == ["nodes_3_receivers_4"]
+    assert "129 connections" in skipped["nodes_3_receivers_4"]
+    assert fitting(3, (1, 2, 4), available=129) == ((1, 2, 4), {})
 
 
 def test_notify_ratios_divide_off_by_on() -> None:
