@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -49,7 +50,8 @@ def node_environment() -> dict[str, str]:
     any Ray ran has ``~/.ray/auth_token``, and Ray 2.60 then requires it), workers at
     normal priority, the checkout importable by workers."""
     env = dict(os.environ)
-    env.pop("RAY_ADDRESS", None)
+    for name in ("RAY_ADDRESS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(name, None)
     env["RAY_AUTH_MODE"] = "token"
     env["RAY_worker_niceness"] = "0"
     env["RAY_enable_worker_prestart"] = "0"
@@ -72,6 +74,12 @@ class LocalCluster:
         self.node_resources = [{"head": 1.0, **(head_resources or {})}, *workers]
         self.node_manager_ports: dict[int, int] = {}
         self.environment = node_environment()
+        # A token of its own: `ray start` in token mode refuses to start without one, and a
+        # fresh machine has no ~/.ray/auth_token (nor should a test write the user's).
+        token = Path(self.temp_dir) / "auth_token"
+        token.write_text(secrets.token_hex(32))
+        token.chmod(0o600)
+        self.environment["RAY_AUTH_TOKEN_PATH"] = str(token)
 
     def _start_node(self, index: int) -> None:
         manager_port = free_port()

@@ -33,9 +33,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[LocalCluster]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     # Custom resources: plenty of each, so that many receivers can ask for one unit.
     cluster = LocalCluster(workers=[{"node_b": 1000}, {"node_c": 1000}], cpus_per_node=1)
+    # Nodes and drivers run with an empty home, as on a fresh machine: no ~/.ray/auth_token
+    # (a clean clone's CI failed every cluster test when the cluster relied on one).
+    cluster.environment["HOME"] = str(tmp_path_factory.mktemp("fresh-home"))
     cluster.start()
     try:
         yield cluster
