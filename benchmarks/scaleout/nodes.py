@@ -30,12 +30,8 @@ from benchmarks.common import progress
 from benchmarks.scaleout.harness import alternate, per_side
 from benchmarks.scaleout.runtime_sides import ATOMIC, RuntimeSide
 from benchmarks.scaleout.side import Load
-from endpoint_runtime.connection_budget import (
-    PEEKER_POOL_SIZE,
-    ConnectionBudget,
-    receiver_pool_size,
-    server_capacity,
-)
+from endpoint_runtime.connection_budget import ConnectionBudget, server_capacity
+from endpoint_runtime.settings import EndpointSettings, TransportSettings
 
 SLOTS = 4
 """Slots of every receiver in this sweep (the runtime's default)."""
@@ -43,13 +39,6 @@ SLOTS = 4
 
 HARNESS_CONNECTIONS = 4
 """Connections the drain itself holds beside the deployment (its pool, the sink's)."""
-
-
-def budget(nodes: int, per_node: int) -> ConnectionBudget:
-    """The most connections the point's deployment may open (notify_on_send is on)."""
-    return ConnectionBudget(receivers=nodes * per_node,
-                            per_receiver=receiver_pool_size(SLOTS) + 1,
-                            peeker=PEEKER_POOL_SIZE + 1)
 
 
 def fitting(nodes: int, per_node: tuple[int, ...],
@@ -60,11 +49,13 @@ def fitting(nodes: int, per_node: tuple[int, ...],
     kept: list[int] = []
     skipped: dict[str, str] = {}
     for count in per_node:
-        needed = budget(nodes, count).worst_case + HARNESS_CONNECTIONS
+        side = nodes_side(nodes, count)
+        settings = EndpointSettings(**side.overrides, transport=TransportSettings(**side.transport))
+        needed = ConnectionBudget.of(settings).worst_case + HARNESS_CONNECTIONS
         if needed <= available:
             kept.append(count)
         else:
-            skipped[nodes_side(nodes, count).name] = (
+            skipped[side.name] = (
                 f"needs up to {needed} connections, the server has {available} left "
                 "(raise max_connections to measure it)")
     return tuple(kept), skipped
