@@ -25,6 +25,7 @@ usual Python way catches them.
 
 from __future__ import annotations
 
+import shlex
 from datetime import timedelta
 
 
@@ -48,7 +49,8 @@ class QueueNotFoundError(EndpointRuntimeError):
     """The queue table does not exist."""
 
     def __init__(self, queue: str) -> None:
-        super().__init__(f"queue {queue} does not exist (create it first)")
+        super().__init__(f"queue {queue} does not exist "
+                         f"(create it: endpoint-runtime queues create {shlex.quote(queue)})")
         self.queue = queue
 
 

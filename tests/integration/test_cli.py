@@ -195,7 +195,7 @@ def test_purge_expired_only_keeps_the_live_messages(cli: Cli, db: Database) -> N
                                   ["queues", "purge", "nowhere", "--expired-only"]])
 def test_queue_commands_on_a_missing_queue_fail_with_one_line(cli: Cli, argv: list[str]) -> None:
     assert cli(*argv) == Outcome(
-        2, "", "endpoint-runtime: error: queue public.nowhere does not exist (create it first)\n"
+        2, "", missing_queue("public.nowhere")
     )
 
 
@@ -281,7 +281,7 @@ def test_send_refuses_a_bad_header_and_a_missing_queue(cli: Cli, db: Database) -
         2, "", "endpoint-runtime: error: --header 'no-value' must look like NAME=VALUE\n"
     )
     assert cli("send", "nowhere", *charge) == Outcome(
-        2, "", "endpoint-runtime: error: queue public.nowhere does not exist (create it first)\n"
+        2, "", missing_queue("public.nowhere")
     )
     assert db.depth("billing") == 0
 
@@ -329,7 +329,7 @@ def test_errors_list_of_an_empty_a_missing_and_another_error_queue(
     cli: Cli, db: Database
 ) -> None:
     assert cli("errors", "list") == Outcome(
-        2, "", "endpoint-runtime: error: queue public.error does not exist (create it first)\n"
+        2, "", missing_queue("public.error")
     )
     db.create("error", "billing", "failures")
     assert cli("errors", "list") == Outcome(0, "no failed messages in public.error\n", "")
@@ -557,7 +557,7 @@ def test_config_file_chooses_the_server_before_or_after_the_command(
     assert depths(cli("queues", "--config", str(config), "list")) == expected
     assert depths(cli("queues", "list", "--config", str(config))) == expected
     assert cli("errors", "list", "--config", str(config)).err == (
-        "endpoint-runtime: error: queue public.error does not exist (create it first)\n"
+        missing_queue("public.error")
     )
 
     missing = tmp_path / "missing.toml"
@@ -583,3 +583,9 @@ def test_the_console_script_runs_the_same_main(db: Database, database_dsn: str) 
     assert refused.returncode == 2
     assert refused.stderr == ("endpoint-runtime: error: 'nope' is not a native id "
                               "(a UUID, as `errors list` shows it)\n")
+
+
+def missing_queue(queue: str) -> str:
+    """What a command prints for a queue that does not exist: the command that creates it."""
+    return (f"endpoint-runtime: error: queue {queue} does not exist "
+            f"(create it: endpoint-runtime queues create {queue})\n")
