@@ -97,6 +97,8 @@ class HandlerContext:
 
     Attributes:
         message_id: the incoming message's id.
+        correlation_id: the correlation id of every message the handlers send, publish or
+            reply: the incoming message's, else its message id.
         headers: the incoming message's headers (read-only by convention).
         endpoint: name of the endpoint handling the message.
     """
@@ -116,6 +118,11 @@ class HandlerContext:
         self.message_id = message.message_id
         self.headers: Mapping[str, str] = message.headers
         self.endpoint = endpoint
+        self.correlation_id = (message.headers.get(Headers.CORRELATION_ID)
+                               or self.message_id)
+        """What every message the handlers send, publish or reply carries as its
+        ``NServiceBus.CorrelationId``: the incoming message's, else the incoming message's id
+        (NServiceBus's rule; a ``headers=`` entry of a send overrides it)."""
         self._local_address = local_address
         self._dispatcher = dispatcher
         self._connection = connection
@@ -161,7 +168,7 @@ class HandlerContext:
         """
         return await self._send(
             message, destination, MessageIntent.SEND, headers, immediate,
-            time_to_be_received, message_id, None, delay, deliver_at,
+            time_to_be_received, message_id, delay, deliver_at,
         )
 
     async def send_local(
@@ -178,7 +185,7 @@ class HandlerContext:
         """Send ``message`` to this endpoint's own queue (optionally deferred)."""
         return await self._send(
             message, self._local_address, MessageIntent.SEND, headers, immediate,
-            time_to_be_received, message_id, None, delay, deliver_at,
+            time_to_be_received, message_id, delay, deliver_at,
         )
 
     async def reply(
@@ -195,9 +202,8 @@ class HandlerContext:
                 f"cannot reply to message {self.message_id}: it has no "
                 f"{Headers.REPLY_TO_ADDRESS} header"
             )
-        correlation = self.headers.get(Headers.CORRELATION_ID) or self.message_id
         return await self._send(
-            message, reply_to, MessageIntent.REPLY, headers, immediate, None, None, correlation,
+            message, reply_to, MessageIntent.REPLY, headers, immediate, None, None,
         )
 
     async def publish(
@@ -214,11 +220,12 @@ class HandlerContext:
         if self._subscriptions is None:
             raise EndpointRuntimeError("this endpoint cannot publish (no subscription table)")
         topics = topics_of(type(event))
-        subscribers = await self._subscriptions.subscribers(
-            self.connection, topics, self._local_address.schema)
+        # Built first: a command fails here, before the transaction reads the subscriptions.
         outgoing = self._outgoing(
             event, MessageIntent.PUBLISH, {**enclosed_types(topics), **(headers or {})},
-            None, message_id, None)
+            None, message_id)
+        subscribers = await self._subscriptions.subscribers(
+            self.connection, topics, self._local_address.schema)
         if not subscribers:
             log.debug("published_without_subscribers", topics=topics)
         for address in subscribers:
@@ -249,7 +256,6 @@ class HandlerContext:
         immediate: bool,
         time_to_be_received: timedelta | None,
         message_id: str | None,
-        correlation_id: str | None,
         delay: timedelta | None = None,
         deliver_at: datetime | None = None,
     ) -> str:
@@ -264,15 +270,13 @@ class HandlerContext:
             extra[Headers.DELIVER_AT] = to_wire_time(due)
         if headers:
             extra.update(headers)
-        outgoing = self._outgoing(message, intent, extra, time_to_be_received, message_id,
-                                  correlation_id)
+        outgoing = self._outgoing(message, intent, extra, time_to_be_received, message_id)
         await self._dispatch(address, outgoing, immediate, due)
         return outgoing.message_id
 
     def _outgoing(
         self, message: msgspec.Struct, intent: MessageIntent, headers: Mapping[str, str],
         time_to_be_received: timedelta | None, message_id: str | None,
-        correlation_id: str | None,
     ) -> OutgoingMessage:
         return create_outgoing(
             message,
@@ -280,7 +284,7 @@ class HandlerContext:
             originating_endpoint=self.endpoint,
             reply_to=_address_text(self._local_address),
             conversation_id=self.headers.get(Headers.CONVERSATION_ID),
-            correlation_id=correlation_id,
+            correlation_id=self.correlation_id,
             message_id=message_id,
             headers={Headers.RELATED_TO: self.message_id, **headers},
             time_to_be_received=time_to_be_received,

@@ -31,7 +31,7 @@ from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.settings import replace as replace_settings
-from endpoint_runtime.subscriptions import subscribe_to_handled_types, subscription_store
+from endpoint_runtime.subscriptions import subscription_store
 
 log = structlog.get_logger("endpoint_runtime.deployment")
 
@@ -94,11 +94,10 @@ class EndpointDeployment:
             async with transport.pool.acquire() as connection:  # before anything is created
                 await check_connection_budget(connection, settings, endpoint=endpoint.name)
             await installation.prepare(transport, endpoint, settings)
-            if settings.auto_subscribe:
+            if settings.auto_subscribe:  # events only; stored command subscriptions pruned
                 async with transport.pool.acquire() as connection:
-                    await subscribe_to_handled_types(
-                        connection, subscription_store(transport_settings), endpoint.name,
-                        endpoint.address, endpoint.registry.handled_types, install=False)
+                    await endpoint.subscribe_at_start(connection,
+                                                      subscription_store(transport_settings))
         config = DeploymentConfig(
             endpoint_path=path,
             endpoint_name=endpoint.name,

@@ -21,11 +21,13 @@ from typing import Any, TypeVar, overload
 
 import asyncpg
 import msgspec
+import structlog
 
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.delayed import DelayedMessageStore, PostgresDelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.handlers import Handler, HandlerRegistry
+from endpoint_runtime.message_kinds import check_subscribable, commands, subscribable
 from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.recoverability import RecoverabilityPolicy, RetryLimits
 from endpoint_runtime.sender import Sender
@@ -39,6 +41,7 @@ from endpoint_runtime.settings import (
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import (
     SubscriptionStore,
+    prune_subscriptions,
     subscribe_to_handled_types,
     subscription_store,
     topics_of,
@@ -51,6 +54,9 @@ from endpoint_runtime.transport.addresses import (
     TABLE_NAME_SUFFIXES,
     QueueAddress,
 )
+from endpoint_runtime.transport.connection import DatabaseConnection
+
+log = structlog.get_logger("endpoint_runtime.endpoint")
 
 H = TypeVar("H", bound=Handler)
 
@@ -217,8 +223,9 @@ class Endpoint:
 
     async def subscribe(self, event_type: type[msgspec.Struct]) -> None:
         """Subscribe this endpoint's queue to ``event_type`` and the types derived from it
-        (deployments do this by themselves for every handled type, unless
-        ``auto_subscribe=False``)."""
+        (deployments do this by themselves for every handled type but commands, unless
+        ``auto_subscribe=False``). A command raises :class:`ConfigurationError`."""
+        check_subscribable(event_type)
         transport = await self.transport()
         async with transport.pool.acquire() as connection:
             await subscribe_to_handled_types(connection, self.subscriptions, self.name,
@@ -229,6 +236,21 @@ class Endpoint:
         transport = await self.transport()
         return await self.subscriptions.unsubscribe(transport.pool, self.name,
                                                     topics_of(event_type)[0])
+
+    async def subscribe_at_start(self, connection: DatabaseConnection,
+                                 store: SubscriptionStore) -> list[str]:
+        """What a deployment does at start with ``auto_subscribe``: subscribe to every handled
+        type that is not a command (events, and types that declare neither), then delete this
+        endpoint's stored subscriptions to the commands it handles (made by versions that
+        subscribed to every handled type). Returns the topics pruned."""
+        handled = self.registry.handled_types
+        await subscribe_to_handled_types(connection, store, self.name, self.address,
+                                         subscribable(handled), install=False)
+        pruned = await prune_subscriptions(connection, store, self.name,
+                                           [topics_of(command)[0] for command in commands(handled)])
+        if pruned:
+            log.info("command_subscriptions_pruned", endpoint=self.name, topics=pruned)
+        return pruned
 
     # -- what receivers build from it -------------------------------------------------------
 

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.message_kinds import kind_of
 from endpoint_runtime.recoverability import RetryLimits
 from endpoint_runtime.serialization import MessageTypes
 
@@ -47,6 +48,7 @@ class HandlerRegistry:
             )
         if message_type is None:
             message_type = message_type_of(handler)
+        kind_of(message_type)  # a type declared both a command and an event fails here
         self.message_types.add(message_type)
         registered = self._handlers.setdefault(message_type, [])
         if handler in registered:

@@ -9,6 +9,7 @@ from datetime import timedelta
 import msgspec
 
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.message_kinds import check_publishable
 from endpoint_runtime.messages import (
     JSON_CONTENT_TYPE,
     Headers,
@@ -37,6 +38,11 @@ def create_outgoing(
 ) -> OutgoingMessage:
     """Serialize ``message`` and set the standard headers of a send, publish or reply.
 
+    ``correlation_id`` defaults to the message's own id (a message sent from outside any
+    handler starts a correlation); handlers pass the incoming message's (see
+    :class:`~endpoint_runtime.context.HandlerContext`). A publish of a command raises
+    :class:`ConfigurationError`.
+
     Example::
 
         outgoing = create_outgoing(PlaceOrder(order_id="1"), originating_endpoint="web")
@@ -45,8 +51,10 @@ def create_outgoing(
         raise ConfigurationError(f"messages are msgspec.Struct instances, not {type(message)!r}")
     if time_to_be_received is not None and time_to_be_received <= timedelta(0):
         raise ConfigurationError("time_to_be_received must be positive")
-    message_id = message_id or new_message_id()
     message_type = type(message)
+    if intent is MessageIntent.PUBLISH:
+        check_publishable(message_type)
+    message_id = message_id or new_message_id()
     type_name = _type_names.get(message_type)
     if type_name is None:
         type_name = _type_names[message_type] = message_type_name(message_type)

@@ -7,6 +7,10 @@ A message type is a ``msgspec.Struct``. Its wire name (header
     class PlaceOrder(msgspec.Struct):
         __message_type_name__ = "Sales.Messages.PlaceOrder"
         order_id: str
+
+The name belongs to the class that sets it: a subclass that sets none has its own
+``module.QualName``, never its base's name (two types under one name could not both be handled,
+and a subscriber to the base would be subscribed to the subclass alone).
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ _encoder = msgspec.json.Encoder()
 
 
 def message_type_name(message_type: type) -> str:
-    """The wire name of a message type."""
-    explicit = getattr(message_type, "__message_type_name__", None)
+    """The wire name of a message type: its own ``__message_type_name__``, else
+    ``module.QualName`` (an inherited ``__message_type_name__`` does not count)."""
+    explicit = vars(message_type).get("__message_type_name__")
     if explicit is not None:
         if not isinstance(explicit, str) or not explicit:
             raise ConfigurationError(f"{message_type!r}.__message_type_name__ must be a string")

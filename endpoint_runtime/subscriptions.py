@@ -143,3 +143,17 @@ async def subscribe_to_handled_types(
         await store.setup(connection)
     for message_type in message_types:
         await store.subscribe(connection, queue, endpoint, topics_of(message_type)[0])
+
+
+async def prune_subscriptions(
+    executor: Executor, store: SubscriptionStore, endpoint: str, topics: Iterable[str],
+) -> list[str]:
+    """Delete ``endpoint``'s own subscriptions to any of ``topics`` (at the start of a
+    deployment: those to the commands it handles, which an endpoint never subscribes to but
+    older versions did); other endpoints' rows stay. Returns the topics removed."""
+    wanted = sorted(set(topics))
+    if not wanted:
+        return []
+    rows = await executor.fetch(store._sql["unsubscribe_topics"], endpoint, wanted)
+    store._cache.clear()
+    return sorted(row[0] for row in rows)

@@ -24,3 +24,6 @@ SELECT DISTINCT queueaddress FROM {table} WHERE topic = ANY ($1::text[]) ORDER B
 -- list --
 SELECT topic, endpoint, queueaddress FROM {table}
 WHERE ($1::text IS NULL OR endpoint = $1) ORDER BY topic, endpoint;
+
+-- unsubscribe_topics --
+DELETE FROM {table} WHERE endpoint = $1 AND topic = ANY ($2::text[]) RETURNING topic;
