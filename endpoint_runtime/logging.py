@@ -73,11 +73,22 @@ def add_component(
     return event_dict
 
 
+def use_colors() -> bool:
+    """Colour codes only for a terminal: ``ENDPOINT_RUNTIME_LOG_COLORS`` (``1``/``0``) when set
+    (Ray actors get the driver's choice, their own stderr being a file), else whether stderr
+    is a terminal."""
+    chosen = os.environ.get("ENDPOINT_RUNTIME_LOG_COLORS")
+    if chosen is not None:
+        return chosen == "1"
+    return sys.stderr.isatty()
+
+
 def configure_logging(level: str | None = None, *, json: bool | None = None) -> None:
     """Configure structlog once per process (drivers and Ray actors alike).
 
     ``ENDPOINT_RUNTIME_LOG_LEVEL`` (default ``info``) and ``ENDPOINT_RUNTIME_LOG_FORMAT``
-    (``json`` or ``console``) override the defaults.
+    (``json`` or ``console``) override the defaults; console lines carry colour codes only on a
+    terminal (:func:`use_colors`).
     """
     global _configured
     if _configured:
@@ -87,7 +98,8 @@ def configure_logging(level: str | None = None, *, json: bool | None = None) -> 
         chosen = os.environ.get("ENDPOINT_RUNTIME_LOG_FORMAT")
         json = chosen == "json" if chosen else not sys.stderr.isatty()
     renderer: structlog.typing.Processor = (
-        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+        structlog.processors.JSONRenderer() if json
+        else structlog.dev.ConsoleRenderer(colors=use_colors())
     )
     structlog.configure(
         processors=[

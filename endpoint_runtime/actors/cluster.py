@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
 
 import ray
 import structlog
+
+from endpoint_runtime.logging import use_colors
 
 log = structlog.get_logger("endpoint_runtime.cluster")
 
@@ -31,6 +36,7 @@ def ensure_ray() -> None:
     """
     if ray.is_initialized():
         return
+    plain_actor_output()
     address = os.environ.get("RAY_ADDRESS") or None
     if address:
         ray.init(address=address, log_to_driver=True)
@@ -39,20 +45,56 @@ def ensure_ray() -> None:
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     if os.getcwd() not in paths:
         paths.insert(0, os.getcwd())
-    ray.init(
-        include_dashboard=False,
-        log_to_driver=True,
-        runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths), **actor_log_format()}},
-        configure_logging=False,
-        _system_config=LOCAL_RAY_CONFIG,
-    )
+    with _without_token_notice():
+        ray.init(
+            include_dashboard=False,
+            log_to_driver=True,
+            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths), **actor_log_format()}},
+            configure_logging=False,
+            _system_config=LOCAL_RAY_CONFIG,
+        )
     log.info("ray_started", resources=ray.cluster_resources())  # type: ignore[no-untyped-call]
 
 
 def actor_log_format() -> dict[str, str]:
     """Actors log as the driver does: their stderr is never a terminal, so without this they
-    would write JSON lines into a person's console output (Ray forwards them to the driver)."""
+    would write JSON lines into a person's console output (Ray forwards them to the driver),
+    and colour codes into a file or pipe the driver's output goes to."""
+    colors = {"ENDPOINT_RUNTIME_LOG_COLORS": "1" if use_colors() else "0"}
     chosen = os.environ.get("ENDPOINT_RUNTIME_LOG_FORMAT")
     if chosen:
-        return {"ENDPOINT_RUNTIME_LOG_FORMAT": chosen}
-    return {"ENDPOINT_RUNTIME_LOG_FORMAT": "console" if sys.stderr.isatty() else "json"}
+        return {"ENDPOINT_RUNTIME_LOG_FORMAT": chosen, **colors}
+    return {"ENDPOINT_RUNTIME_LOG_FORMAT": "console" if sys.stderr.isatty() else "json", **colors}
+
+
+def plain_actor_output() -> None:
+    """Actor lines reach the driver's output as they were written: without Ray's
+    ``(Receiver pid=...)`` prefix (every line names its endpoint and receiver) and without
+    Ray's deduplication, which folds lines that differ only in numbers and ids (the failures
+    of different messages) into ``[repeated Nx across cluster]``.
+
+    These are Ray's ``RAY_DISABLE_WORKER_LOG_PREFIX=1`` and ``RAY_DEDUP_LOGS=0``, which Ray
+    reads once, when it is imported, before any code of ours runs; so their values are set on
+    Ray's modules here, before ``ray.init``. A value given in the environment wins. If a Ray
+    release moves them, Ray's own output (prefixes, deduplication) simply comes back.
+    """
+    from ray._private import ray_constants, ray_logging
+
+    if "RAY_DISABLE_WORKER_LOG_PREFIX" not in os.environ:
+        ray_constants.RAY_DISABLE_WORKER_LOG_PREFIX = True
+    if "RAY_DEDUP_LOGS" not in os.environ:
+        ray_logging.RAY_DEDUP_LOGS = False  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _without_token_notice() -> Iterator[None]:
+    """Ray's warning that a new local cluster has token authentication on (its default) is
+    printed by every command that starts one; it says nothing a user must act on. Ray's own
+    logger for it shows errors only while Ray starts."""
+    logger = logging.getLogger("ray._private.authentication.authentication_token_setup")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -22,8 +22,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 async def run_examples(dsn: str) -> tuple[int, str, str]:
-    env = {**os.environ, "ENDPOINT_RUNTIME_DSN": dsn}
-    env.pop("RAY_ADDRESS", None)  # the examples start a local Ray of their own
+    # Console lines into a pipe: readable, and without colour codes (checked below).
+    env = {**os.environ, "ENDPOINT_RUNTIME_DSN": dsn, "ENDPOINT_RUNTIME_LOG_FORMAT": "console"}
+    for name in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_DEDUP_LOGS", "ENDPOINT_RUNTIME_LOG_COLORS"):
+        env.pop(name, None)  # the examples start a local Ray of their own, with its defaults
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "handlers_examples", "--orders", str(ORDERS),
         "--invalid-orders", "1", "--redeliveries", str(REDELIVERIES),
@@ -45,6 +47,14 @@ async def test_the_example_flow_completes_and_its_summary_says_so(database_dsn: 
     status, out, err = await run_examples(database_dsn)
 
     assert status == 0, f"exit status {status}\n{out}\n{err[-4000:]}"
+    # Piped output a person can read: no colour codes, no Ray prefixes or deduplication
+    # notices on the actors' lines, no Ray start-up notice; the actors' lines do arrive.
+    both = out + err
+    assert "\x1b" not in both, [line for line in both.splitlines() if "\x1b" in line][:3]
+    assert not re.search(r"\((Peeker|Receiver)\w* pid=", both), both[:2000]
+    assert "[repeated" not in both
+    assert "Token authentication" not in both
+    assert re.search(r"\breceiver_started\b.*\bendpoint=sales\b", both), both[:2000]
     summary = out.split("== summary", 1)[1]
     for table in ("orders", "invoices", "shipments", "points", "reminded", "replies"):
         assert re.search(rf"^{table}\s+{ORDERS} / {ORDERS}\b", summary, re.M), (table, summary)
