@@ -85,11 +85,15 @@ class Endpoint:
         delayed_store: DelayedMessageStore | None = None,
         **overrides: Any,
     ) -> None:
+        transport_in_code = _transport_fields_in_code(settings, overrides)
         if settings is None:
             settings = load_settings(EndpointSettings, **overrides)
         elif overrides:
             settings = replace_settings(settings, **overrides)
         self.settings = settings
+        self.transport_in_code = transport_in_code
+        """The transport fields this endpoint's code set (``endpoint-runtime run`` keeps them);
+        the others came from the environment of the moment its module was imported."""
         self.name = name
         self.address = QueueAddress.parse(name, settings.transport.schema)
         self.address.check_room_for_suffixes(
@@ -323,6 +327,22 @@ class Endpoint:
         """Fail at start, with a clear error, on what could not run."""
         if not self.send_only and len(self.registry) == 0:
             raise ConfigurationError(f"endpoint {self.name!r} has no handlers")
+
+
+def _transport_fields_in_code(
+    settings: EndpointSettings | None, overrides: dict[str, Any]
+) -> frozenset[str]:
+    """The :class:`TransportSettings` fields an Endpoint's code gave: those of a ``transport``
+    override, and a full ``settings``' fields that differ from the defaults."""
+    defaults = TransportSettings()
+    given: set[str] = set()
+    for transport in (settings.transport if settings else None, overrides.get("transport")):
+        if isinstance(transport, TransportSettings):
+            given.update(field for field in TransportSettings.__struct_fields__
+                         if getattr(transport, field) != getattr(defaults, field))
+        elif isinstance(transport, dict):
+            given.update(transport)
+    return frozenset(given)
 
 
 def load_endpoint(import_path: str) -> Endpoint:

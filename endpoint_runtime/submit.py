@@ -36,7 +36,7 @@ import structlog
 from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.deployment_status import DeploymentStatus
 from endpoint_runtime.cli.common import positive_float, positive_int
-from endpoint_runtime.cli.run import _merged_transport
+from endpoint_runtime.cli.run import merged_transport
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.deployment import EndpointDeployment
 from endpoint_runtime.endpoint import load_endpoint
@@ -129,7 +129,7 @@ async def submit(args: argparse.Namespace) -> int:
         for path in args.endpoints:
             endpoint = load_endpoint(path)
             overrides: dict[str, Any] = {
-                "transport": _merged_transport(endpoint.settings.transport, args)}
+                "transport": merged_transport(endpoint, args.config)}
             if args.max_concurrency is not None:
                 overrides["max_concurrency"] = args.max_concurrency
             if args.receiver_resources is not None:

@@ -15,7 +15,7 @@ import argparse
 import msgspec
 
 from endpoint_runtime.cli.common import EXIT_OK, printable
-from endpoint_runtime.cli.run import _merged_transport
+from endpoint_runtime.cli.run import merged_transport
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.installation import EndpointTables, install
@@ -51,7 +51,7 @@ def add_parsers(
 def endpoint_settings(endpoint: Endpoint, args: argparse.Namespace) -> EndpointSettings:
     """The endpoint's settings with the transport of ``--config`` and the environment, as
     ``run`` deploys it."""
-    transport = _merged_transport(endpoint.settings.transport, args)
+    transport = merged_transport(endpoint, args.config)
     return msgspec.structs.replace(endpoint.settings, transport=transport)
 
 

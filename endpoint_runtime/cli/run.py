@@ -29,7 +29,7 @@ from endpoint_runtime.cli.common import (
 )
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.deployment import EndpointDeployment
-from endpoint_runtime.endpoint import load_endpoint
+from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import EndpointRuntimeError
 from endpoint_runtime.settings import TransportSettings, load_settings
 from endpoint_runtime.transport import QueueAddress
@@ -83,7 +83,7 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
     # Installed before the (slow) start so that an early Ctrl-C still stops gracefully.
     install_handlers()
     endpoint = load_endpoint(args.endpoint)
-    overrides: dict[str, Any] = {"transport": _merged_transport(endpoint.settings.transport, args)}
+    overrides: dict[str, Any] = {"transport": merged_transport(endpoint, args.config)}
     if args.max_concurrency is not None:
         overrides["max_concurrency"] = args.max_concurrency
     # ray.init installs Ray's own SIGTERM handler (it aborts the process); initialise Ray
@@ -119,22 +119,20 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
     return exit_code
 
 
-def _merged_transport(in_code: TransportSettings, args: argparse.Namespace) -> TransportSettings:
-    """The endpoint's transport settings with the file and the environment applied.
+def merged_transport(endpoint: Endpoint, config: str | None) -> TransportSettings:
+    """The endpoint's transport settings with the file and the environment of now applied.
 
     Precedence as in :func:`~endpoint_runtime.settings.load_settings`: what the endpoint's code
-    set explicitly (fields that differ from the defaults), then the environment, then
-    ``--config``, then the defaults. ``schema`` always stays the endpoint's own: its queue
-    address (and the schema its sends resolve in) is fixed when the Endpoint is created.
+    set (:attr:`Endpoint.transport_in_code`), then the environment, then ``config``, then the
+    defaults. The environment is read again here: the one the endpoint's module saw when it was
+    imported (a process that imported it earlier, under another ``ENDPOINT_RUNTIME_DSN``) is
+    not code. ``schema`` always stays the endpoint's own: its queue address (and the schema
+    its sends resolve in) is fixed when the Endpoint is created.
     """
-    defaults = TransportSettings()
-    explicit = {
-        field: getattr(in_code, field)
-        for field in TransportSettings.__struct_fields__
-        if getattr(in_code, field) != getattr(defaults, field)
-    }
+    in_code = endpoint.settings.transport
+    explicit = {field: getattr(in_code, field) for field in endpoint.transport_in_code}
     explicit["schema"] = in_code.schema
-    return load_settings(TransportSettings, path=args.config, table="transport", **explicit)
+    return load_settings(TransportSettings, path=config, table="transport", **explicit)
 
 
 async def _report_until_stopped(
