@@ -5,6 +5,12 @@ anyone else does: it starts one from the ``pgserver`` wheel's binaries (``initdb
 ``pg_ctl``), stops only that one (``pg_ctl -D <its directory>``), and removes its files at the
 end. As root, PostgreSQL runs as the wheel's ``pgserver`` system user (``initdb`` refuses
 root), as the embedded server does.
+
+That user must be able to run the wheel's binaries, and it cannot when the virtualenv lives
+under a directory closed to other users (a virtualenv in ``/root``, mode 0700): ``initdb``
+then fails with ``PermissionError``. The run checks this first (``initdb --version`` as that
+user) and, if it cannot, copies the server's files (``bin``, ``lib``, ``share``: about 30 MB)
+into the run's own temporary directory, which that user owns, and runs them from there.
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ class ChaosServer:
         server.destroy()
     """
 
-    def __init__(self, directory: Path, port: int) -> None:
+    def __init__(self, directory: Path, port: int, binaries: Path | None = None) -> None:
         self.directory = directory
+        self.binaries = binaries or BIN
         self.data = directory / "data"
         self.port = port
         self.dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
@@ -54,6 +61,12 @@ class ChaosServer:
         if os.geteuid() == 0:
             account = pwd.getpwnam(SYSTEM_USER)
             os.chown(server.directory, account.pw_uid, account.pw_gid)
+            binaries = server.binaries
+            if not _can_run(binaries / "initdb", SYSTEM_USER):
+                server.binaries = _copy_installation(binaries.parent, server.directory)
+                progress(f"chaos: the {SYSTEM_USER} user cannot run {binaries} (a directory "
+                         f"above it is closed to other users); running a copy in "
+                         f"{server.binaries}")
         server._run("initdb", "-D", str(server.data), "-U", "postgres", "--auth=trust",
                     "--no-sync", "-E", "UTF8")
         with (server.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
@@ -64,8 +77,8 @@ class ChaosServer:
 
     def _run(self, program: str, *args: str) -> None:
         user = SYSTEM_USER if os.geteuid() == 0 else None
-        result = subprocess.run([str(BIN / program), *args], capture_output=True, text=True,
-                                user=user, timeout=120, check=False)
+        result = subprocess.run([str(self.binaries / program), *args], capture_output=True,
+                                text=True, user=user, timeout=120, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"{program} failed ({result.returncode}): "
                                f"{result.stdout[-2000:]}{result.stderr[-2000:]}")
@@ -89,3 +102,31 @@ class ChaosServer:
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             progress(f"chaos: stopping the run's PostgreSQL: {exc}")
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _can_run(program: Path, user: str) -> bool:
+    """Whether ``user`` may execute ``program`` (tried: ``--version``)."""
+    try:
+        subprocess.run([str(program), "--version"], user=user, capture_output=True,
+                       timeout=30, check=True)
+    except (PermissionError, subprocess.CalledProcessError):
+        return False
+    return True
+
+
+def _copy_installation(installation: Path, directory: Path) -> Path:
+    """Copy the server's ``bin``, ``lib`` and ``share`` into ``directory`` (readable by its
+    owner, the system user), with the wheel's shared libraries where the binaries' rpath
+    (``$ORIGIN/../../../pgserver.libs``) looks for them; returns the copy's ``bin``."""
+    site = directory / "site"
+    copy = site / "pgserver" / "pginstall"
+    for part in ("bin", "lib", "share"):
+        shutil.copytree(installation / part, copy / part, symlinks=True)
+    libraries = installation.parent.parent / "pgserver.libs"
+    if libraries.is_dir():
+        shutil.copytree(libraries, site / "pgserver.libs", symlinks=True)
+    for path in (site, *site.rglob("*")):
+        if not path.is_symlink():
+            mode = path.stat().st_mode
+            path.chmod(mode | (0o055 if path.is_dir() or mode & 0o100 else 0o044))
+    return copy / "bin"

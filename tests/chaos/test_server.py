@@ -1,0 +1,54 @@
+"""The chaos run's own PostgreSQL server, started as root from binaries its system user
+cannot reach (a virtualenv under a directory closed to other users, such as /root)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from benchmarks.chaos import server
+from tests.cluster.nodes import free_port
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's system user is "
+                                "only used when the run is root")
+
+
+def _closed_installation(directory: Path) -> Path:
+    """The wheel's layout (``pgserver/pginstall`` beside ``pgserver.libs``) copied under
+    ``directory``, closed to every user but root; returns the copy's ``bin``."""
+    directory.mkdir(mode=0o700)
+    installation = server.BIN.parent
+    site = directory / "site"
+    shutil.copytree(installation, site / "pgserver" / "pginstall", symlinks=True,
+                    ignore=shutil.ignore_patterns("include"))
+    shutil.copytree(installation.parent.parent / "pgserver.libs", site / "pgserver.libs",
+                    symlinks=True)
+    return site / "pgserver" / "pginstall" / "bin"
+
+
+def test_a_root_run_starts_its_server_from_binaries_its_user_cannot_reach(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    closed = _closed_installation(tmp_path / "closed")
+    monkeypatch.setattr(server, "BIN", closed)
+    chaos_server = server.ChaosServer.create(free_port())
+    try:
+        assert chaos_server.binaries != closed
+        assert not chaos_server.binaries.is_relative_to(tmp_path)
+
+        async def select_one() -> int:
+            connection = await asyncpg.connect(chaos_server.dsn)
+            try:
+                value: int = await connection.fetchval("SELECT 1")
+            finally:
+                await connection.close()
+            return value
+
+        assert asyncio.run(select_one()) == 1
+    finally:
+        chaos_server.destroy()
+    assert not chaos_server.directory.exists()
