@@ -48,6 +48,31 @@ def test_type_names_default_to_module_qualname_and_can_be_chosen() -> None:
     assert message_type_name(ShipOrder) == "Shipping.Messages.ShipOrder"
 
 
+class PriorityShipOrder(ShipOrder):
+    """Sets no name of its own: it must not take its base's."""
+
+    priority: int = 1
+
+
+class NamedPriorityShipOrder(ShipOrder):
+    __message_type_name__ = "Shipping.Messages.PriorityShipOrder"
+
+
+def test_a_subclass_of_a_named_type_has_its_own_wire_name_unless_it_sets_one() -> None:
+    assert message_type_name(PriorityShipOrder) == f"{__name__}.PriorityShipOrder"
+    assert message_type_name(NamedPriorityShipOrder) == "Shipping.Messages.PriorityShipOrder"
+    assert message_type_name(ShipOrder) == "Shipping.Messages.ShipOrder"
+
+
+def test_a_named_type_and_its_subclass_are_both_known_and_resolve_apart() -> None:
+    types = MessageTypes()
+    types.add(ShipOrder)
+    types.add(PriorityShipOrder)  # before the fix: "used by both"
+    assert types.resolve("Shipping.Messages.ShipOrder") is ShipOrder
+    assert types.resolve(f"{__name__}.PriorityShipOrder;Shipping.Messages.ShipOrder") is (
+        PriorityShipOrder)
+
+
 def test_enclosed_types_of_dotnet_senders_resolve() -> None:
     header = ("Shipping.Messages.ShipOrder, Shipping, Version=1.0.0.0, Culture=neutral; "
               "Shipping.Messages.IShipOrder, Shipping")
