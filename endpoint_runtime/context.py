@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 import msgspec
 import structlog
 
-from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError
+from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.messages import (
     Headers,
     MessageIntent,
@@ -28,8 +28,15 @@ from endpoint_runtime.messages import (
     to_wire_time,
     utc_now,
 )
+from endpoint_runtime.metrics import Metrics
 from endpoint_runtime.outgoing import MACHINE, create_outgoing
-from endpoint_runtime.subscriptions import SubscriptionStore, enclosed_types, topics_of
+from endpoint_runtime.serialization import message_type_name
+from endpoint_runtime.subscriptions import (
+    SubscriptionStore,
+    enclosed_types,
+    topics_of,
+    undeliverable_copy,
+)
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection, is_lost
 from endpoint_runtime.transport.queue_tables import ensure_queue_table
@@ -113,6 +120,8 @@ class HandlerContext:
         connection: HandlerConnection | None,
         subscriptions: SubscriptionStore | None = None,
         allowed_schemas: frozenset[str] | None = None,
+        error_address: QueueAddress | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.transport_message = message
         self.message_id = message.message_id
@@ -128,6 +137,9 @@ class HandlerContext:
         self._connection = connection
         self._subscriptions = subscriptions
         self._allowed_schemas = allowed_schemas
+        self._error_address = error_address
+        """Where a publish records the copy of a subscriber whose queue does not exist."""
+        self._metrics = metrics
         self._sent: set[tuple[str, QueueAddress]] = set()
         self.processing_started: float | None = None
         """Epoch seconds when the handlers started (for audit and metrics)."""
@@ -216,7 +228,11 @@ class HandlerContext:
     ) -> str:
         """Publish ``event``: one copy to every subscriber queue of its type or of any of its
         base types (``MessageIntent`` Publish), with the transaction mode's guarantees, as a
-        send. No subscriber is not an error. Returns the event's message id."""
+        send. No subscriber is not an error. Returns the event's message id.
+
+        The copy of a subscriber whose queue table does not exist goes to the error queue
+        instead, the same way (see :func:`~endpoint_runtime.subscriptions.undeliverable_copy`);
+        the other subscribers get theirs."""
         if self._subscriptions is None:
             raise EndpointRuntimeError("this endpoint cannot publish (no subscription table)")
         topics = topics_of(type(event))
@@ -224,13 +240,37 @@ class HandlerContext:
         outgoing = self._outgoing(
             event, MessageIntent.PUBLISH, {**enclosed_types(topics), **(headers or {})},
             None, message_id)
-        subscribers = await self._subscriptions.subscribers(
+        routes = await self._subscriptions.routes(
             self.connection, topics, self._local_address.schema)
-        if not subscribers:
+        if not routes.queues and not routes.missing:
             log.debug("published_without_subscribers", topics=topics)
-        for address in subscribers:
-            await self._dispatch(address, outgoing, immediate, None)
+        missing = list(routes.missing)
+        for address in routes.queues:
+            try:
+                await self._dispatch(address, outgoing, immediate, None)
+            except QueueNotFoundError:  # dropped since the subscriber list was read
+                self._subscriptions.forget()
+                missing.append(address)
+        for address in missing:
+            await self._record_undeliverable(event, outgoing, address, immediate)
         return outgoing.message_id
+
+    async def _record_undeliverable(
+        self, event: msgspec.Struct, outgoing: OutgoingMessage, address: QueueAddress,
+        immediate: bool,
+    ) -> None:
+        """The copy for a subscriber queue that does not exist, to the error queue."""
+        if self._error_address is None:
+            raise QueueNotFoundError(str(address))
+        key = (outgoing.message_id, address)
+        if key in self._sent:
+            return
+        await self._dispatcher.dispatch(
+            self._error_address, undeliverable_copy(outgoing, address, self.endpoint),
+            immediate=immediate)
+        self._sent.add(key)
+        if self._metrics is not None:
+            self._metrics.publish_undeliverable(message_type_name(type(event)))
 
     async def dispatch_audit_copy(self, audit_address: QueueAddress) -> None:
         """The audit copy of the handled message, with its processing headers (under a row id

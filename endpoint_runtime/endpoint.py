@@ -112,7 +112,8 @@ class Endpoint:
         self.throttling_ended_handlers: list[Callable[[], None]] = []
         self._defined_in = sys._getframe(1).f_globals.get("__name__", "")
         self.sender = Sender(
-            name, settings.transport, local_address=self.address, delayed_store=self.delayed_store
+            name, settings.transport, local_address=self.address, delayed_store=self.delayed_store,
+            error_queue=settings.error_queue,
         )
 
     # -- sending from outside handlers (the endpoint's sender) ----------------------------

@@ -11,6 +11,9 @@ endpoint_runtime_messages_failed_total       counter    endpoint, message_type (
 endpoint_runtime_retries_total               counter    endpoint, message_type, kind (immediate,
                                                         delayed)
 endpoint_runtime_moved_to_error_total        counter    endpoint, message_type
+endpoint_runtime_publish_undeliverable_total counter    endpoint, message_type (copies of a
+                                                        published event whose subscriber queue
+                                                        does not exist: to the error queue)
 endpoint_runtime_processing_seconds          histogram  endpoint, message_type
 endpoint_runtime_critical_time_seconds       histogram  endpoint, message_type (TimeSent to the
                                                         end of processing, successes only)
@@ -57,6 +60,9 @@ class Metrics:
 
     def moved_to_error(self, message_type: str) -> None: ...
 
+    def publish_undeliverable(self, message_type: str) -> None:
+        """A published copy whose subscriber queue does not exist went to the error queue."""
+
     def queue_length(self, length: int) -> None: ...
 
     async def close(self) -> None:
@@ -78,6 +84,8 @@ class RayMetrics(Metrics):
                 ("messages_failed", "failed processing attempts"),
                 ("retries", "retries scheduled (kind: immediate or delayed)"),
                 ("moved_to_error", "messages moved to the error queue"),
+                ("publish_undeliverable",
+                 "published copies whose subscriber queue does not exist (to the error queue)"),
             )
         }
         self._histograms = {
@@ -131,6 +139,9 @@ class RayMetrics(Metrics):
 
     def moved_to_error(self, message_type: str) -> None:
         self._count("moved_to_error", message_type)
+
+    def publish_undeliverable(self, message_type: str) -> None:
+        self._count("publish_undeliverable", message_type)
 
     def queue_length(self, length: int) -> None:
         self._queue_length.set(length)

@@ -183,6 +183,7 @@ class Pipeline:
             message=message, endpoint=self.endpoint, local_address=self.local_address,
             dispatcher=dispatcher, connection=connection, subscriptions=self.subscriptions,
             allowed_schemas=self.allowed_schemas,
+            error_address=self.error_address, metrics=self.metrics,
         )
 
     async def process(

@@ -19,7 +19,7 @@ import msgspec
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.context import due_time, parse_address
 from endpoint_runtime.delayed.store import DelayedMessageStore
-from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.errors import ConfigurationError, QueueNotFoundError
 from endpoint_runtime.messages import Headers, MessageIntent, to_wire_time
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.settings import TransportSettings
@@ -28,10 +28,12 @@ from endpoint_runtime.subscriptions import (
     enclosed_types,
     subscription_store,
     topics_of,
+    undeliverable_copy,
 )
 from endpoint_runtime.transactions.base import as_delayed
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.queue_tables import ensure_queue_table
 
 
 class Sender:
@@ -48,8 +50,11 @@ class Sender:
         *,
         local_address: QueueAddress | None = None,
         delayed_store: DelayedMessageStore | None = None,
+        error_queue: str = "error",
     ) -> None:
         self.name = name
+        self.error_queue = error_queue
+        """Where a publish records the copy of a subscriber whose queue does not exist."""
         self._delayed_store = delayed_store
         self._transport_settings = settings or TransportSettings()
         self._local_address = local_address
@@ -109,21 +114,42 @@ class Sender:
         self, event: msgspec.Struct, *, headers: Mapping[str, str] | None = None,
         message_id: str | None = None,
     ) -> str:
-        """Publish ``event`` to every subscriber of its type or of a base type, each copy
-        committed at once; returns its message id. No subscriber is not an error."""
+        """Publish ``event`` to every subscriber of its type or of a base type, all copies in
+        one transaction; returns its message id. No subscriber is not an error.
+
+        Each subscriber queue passes the checks of a handler's send (a queue table, in
+        ``allowed_schemas``: else :class:`~endpoint_runtime.errors.NotAQueueError` and nothing
+        is sent). The copy of a subscriber whose queue table does not exist goes to
+        ``error_queue`` (see :func:`~endpoint_runtime.subscriptions.undeliverable_copy`).
+        """
         transport = await self.transport()
+        settings = self._transport_settings
         topics = topics_of(type(event))
-        subscribers = await self.subscriptions.subscribers(
-            transport.pool, topics, self._transport_settings.schema)
         outgoing = create_outgoing(
             event, intent=MessageIntent.PUBLISH, originating_endpoint=self.name,
             reply_to=str(self._local_address) if self._local_address else None,
             message_id=message_id, headers={**enclosed_types(topics), **(headers or {})},
         )
-        if subscribers:
-            async with transport.pool.acquire() as connection, connection.transaction():
-                for address in subscribers:
-                    await sending.send(connection, address, outgoing)
+        routes = await self.subscriptions.routes(transport.pool, topics, settings.schema)
+        queues, missing = list(routes.queues), list(routes.missing)
+        allowed = (frozenset(settings.allowed_schemas)
+                   if settings.allowed_schemas is not None else None)
+        for address in routes.queues:
+            try:
+                await ensure_queue_table(transport.pool, address, allowed_schemas=allowed)
+            except QueueNotFoundError:  # dropped since the subscriber list was read
+                self.subscriptions.forget()
+                queues.remove(address)
+                missing.append(address)
+        if not queues and not missing:
+            return outgoing.message_id
+        error_address = parse_address(self.error_queue, settings.schema)
+        async with transport.pool.acquire() as connection, connection.transaction():
+            for address in queues:
+                await sending.send(connection, address, outgoing)
+            for address in missing:
+                await sending.send(connection, error_address,
+                                   undeliverable_copy(outgoing, address, self.name))
         return outgoing.message_id
 
     async def send_local(self, message: msgspec.Struct, **options: Any) -> str:

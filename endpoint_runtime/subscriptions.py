@@ -7,6 +7,10 @@ a base type receives the derived events too. Subscribing is an upsert of (endpoi
 queue address, unsubscribing a delete, as in NServiceBus's PostgreSQL transport, whose table
 layout (default ``"SubscriptionRouting"``) is kept.
 
+A subscriber row may name a queue table that does not exist (an endpoint decommissioned, a
+typo): :meth:`SubscriptionStore.routes` tells those apart, and the publish records their copy
+in the error queue (:func:`undeliverable_copy`) while the other subscribers get theirs.
+
 Example::
 
     store = SubscriptionStore(QueueAddress("SubscriptionRouting"))
@@ -20,11 +24,19 @@ import functools
 import time
 from collections.abc import Iterable
 
-import asyncpg
 import msgspec
 import structlog
 
-from endpoint_runtime.messages import Headers
+from endpoint_runtime.errors import QueueNotFoundError
+from endpoint_runtime.messages import (
+    ErrorHeaders,
+    Headers,
+    OutgoingMessage,
+    new_message_id,
+    to_wire_time,
+    utc_now,
+)
+from endpoint_runtime.outgoing import MACHINE
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import sql
@@ -63,6 +75,25 @@ class Subscription(msgspec.Struct, frozen=True):
     queue_address: str
 
 
+class Routes(msgspec.Struct, frozen=True):
+    """Where the copies of one event go: the subscriber queues whose table exists, and those
+    whose table does not (each distinct address once, in the table's order)."""
+
+    queues: tuple[QueueAddress, ...] = ()
+    missing: tuple[QueueAddress, ...] = ()
+
+
+NO_ROUTES = Routes()
+
+
+class DanglingSubscription(msgspec.Struct, frozen=True):
+    """A subscription that points nowhere: its queue table does not exist (``address`` is
+    where it was looked for), or its address does not parse (``address`` is ``None``)."""
+
+    subscription: Subscription
+    address: QueueAddress | None
+
+
 class SubscriptionStore:
     """One subscription table, with subscriber lists cached for ``cache_seconds``.
 
@@ -73,7 +104,7 @@ class SubscriptionStore:
     def __init__(self, table: QueueAddress, *, cache_seconds: float = CACHE_SECONDS) -> None:
         self.table = table
         self.cache_seconds = cache_seconds
-        self._cache: dict[tuple[str, ...], tuple[float, list[QueueAddress]]] = {}
+        self._cache: dict[tuple[tuple[str, ...], str], tuple[float, Routes]] = {}
 
     @functools.cached_property
     def _sql(self) -> dict[str, str]:
@@ -98,32 +129,137 @@ class SubscriptionStore:
         self._cache.clear()
         return status.endswith(" 1")
 
+    def forget(self) -> None:
+        """Drop the cached subscriber lists (a copy found its queue gone)."""
+        self._cache.clear()
+
     async def subscribers(
         self, executor: Executor, topics: tuple[str, ...], schema: str = "public"
     ) -> list[QueueAddress]:
-        """Distinct subscriber queues of any of ``topics`` (from the cache when fresh)."""
+        """Distinct subscriber queues of any of ``topics``, their tables existing or not (from
+        the cache when fresh; see :meth:`routes`)."""
+        routes = await self.routes(executor, topics, schema)
+        return [*routes.queues, *routes.missing]
+
+    async def routes(
+        self, executor: Executor, topics: tuple[str, ...], schema: str = "public"
+    ) -> Routes:
+        """The subscriber queues of any of ``topics``, split by whether their table exists
+        (from the cache when fresh). No statement here can fail for a missing table, so the
+        look-up never aborts the caller's transaction: without a subscription table there is
+        no subscriber. Addresses without a schema are in ``schema``."""
         now = time.monotonic()
-        cached = self._cache.get(topics)
+        key = (topics, schema)
+        cached = self._cache.get(key)
         if cached is not None and cached[0] > now:
             return cached[1]
-        try:
-            rows = await executor.fetch(self._sql["subscribers"], list(topics))
-        except asyncpg.UndefinedTableError:
-            return []  # no endpoint has started here yet: nobody has subscribed
-        addresses = []
-        for row in rows:
-            try:
-                addresses.append(QueueAddress.parse(row[0], schema))
-            except ValueError as exc:  # written by hand or by a peer: the others still get it
-                log.warning("subscriber_address_unusable", address=row[0], error=str(exc))
+        routes = await self._look_up(executor, topics, schema)
         if len(self._cache) >= CACHE_ENTRIES:
             self._cache.clear()
-        self._cache[topics] = (now + self.cache_seconds, addresses)
-        return addresses
+        self._cache[key] = (now + self.cache_seconds, routes)
+        return routes
+
+    async def _look_up(
+        self, executor: Executor, topics: tuple[str, ...], schema: str
+    ) -> Routes:
+        if not await self.exists(executor):
+            return NO_ROUTES  # no endpoint has started here yet: nobody has subscribed
+        rows = await executor.fetch(self._sql["subscribers"], list(topics))
+        addresses: dict[QueueAddress, None] = {}
+        for row in rows:
+            try:
+                addresses[QueueAddress.parse(row[0], schema)] = None
+            except ValueError as exc:  # written by hand or by a peer: the others still get it
+                log.warning("subscriber_address_unusable", address=row[0], error=str(exc))
+        missing = await self.missing_queues(executor, list(addresses))
+        return Routes(queues=tuple(a for a in addresses if a not in missing),
+                      missing=tuple(a for a in addresses if a in missing))
+
+    async def exists(self, executor: Executor) -> bool:
+        """Whether the subscription table exists (from the catalog: never fails)."""
+        return bool(await executor.fetchval(self._sql["table_exists"], self.table.schema,
+                                            self.table.table))
+
+    async def missing_queues(
+        self, executor: Executor, addresses: Iterable[QueueAddress]
+    ) -> set[QueueAddress]:
+        """Those of ``addresses`` whose table does not exist. A table the role may not use
+        exists all the same (writing to it is then refused: a configuration error)."""
+        wanted = list(addresses)
+        if not wanted:
+            return set()
+        rows = await executor.fetch(self._sql["missing_queues"], [a.schema for a in wanted],
+                                    [a.table for a in wanted])
+        return {QueueAddress(row[1], row[0]) for row in rows}
 
     async def list(self, executor: Executor, endpoint: str | None = None) -> list[Subscription]:
         rows = await executor.fetch(self._sql["list"], endpoint)
         return [Subscription(row[0], row[1], row[2]) for row in rows]
+
+
+async def dangling_subscriptions(
+    executor: Executor, store: SubscriptionStore, schema: str = "public"
+) -> list[DanglingSubscription]:
+    """Every subscription of ``store`` that points nowhere (none without its table)."""
+    if not await store.exists(executor):
+        return []
+    found: list[tuple[Subscription, QueueAddress | None]] = []
+    for subscription in await store.list(executor):
+        try:
+            found.append((subscription, QueueAddress.parse(subscription.queue_address, schema)))
+        except ValueError:
+            found.append((subscription, None))
+    missing = await store.missing_queues(executor, {a for _, a in found if a is not None})
+    return [DanglingSubscription(subscription, address) for subscription, address in found
+            if address is None or address in missing]
+
+
+async def prune_dangling(
+    executor: Executor, store: SubscriptionStore, dangling: Iterable[DanglingSubscription]
+) -> list[Subscription]:
+    """Delete the subscriptions of ``dangling`` that still point nowhere; returns those
+    deleted. Under row-level security (docs/security.md) a role deletes only the rows of the
+    endpoints it may change; the others stay (and are not returned)."""
+    rows_of = list(dangling)
+    if not rows_of:
+        return []
+    rows = await executor.fetch(
+        store._sql["prune"],
+        [d.subscription.endpoint for d in rows_of], [d.subscription.topic for d in rows_of],
+        [d.subscription.queue_address for d in rows_of],
+        [d.address.schema if d.address else None for d in rows_of],
+        [d.address.table if d.address else None for d in rows_of])
+    store.forget()
+    return [Subscription(row[0], row[1], row[2])
+            for row in sorted(rows, key=lambda row: (row[0], row[1], row[2]))]
+
+
+MISSING_QUEUE_EXCEPTION = f"{QueueNotFoundError.__module__}.{QueueNotFoundError.__qualname__}"
+
+
+def undeliverable_copy(event: OutgoingMessage, queue: QueueAddress, publisher: str
+                       ) -> OutgoingMessage:
+    """The copy of a published ``event`` for a subscriber whose queue table does not exist,
+    as it goes to the error queue instead: the event's headers and body, the failure headers
+    with ``NServiceBus.FailedQ`` = that queue (so ``endpoint-runtime errors retry`` delivers
+    it once the queue exists), under a row id of its own. Logs a warning."""
+    log.warning("subscriber_queue_missing", queue=str(queue), event_id=event.message_id,
+                publisher=publisher)
+    headers = dict(event.headers)
+    headers.pop(Headers.TIME_TO_BE_RECEIVED, None)
+    headers.update({
+        ErrorHeaders.FAILED_QUEUE: str(queue),
+        ErrorHeaders.EXCEPTION_TYPE: MISSING_QUEUE_EXCEPTION,
+        ErrorHeaders.MESSAGE: (
+            f"the subscriber queue {queue} does not exist: this copy of a published event "
+            f"waits here; retry it once the queue exists, or remove the subscription "
+            f"(endpoint-runtime subscriptions prune)"),
+        ErrorHeaders.TIME_OF_FAILURE: to_wire_time(utc_now()),
+        Headers.PROCESSING_MACHINE: MACHINE,
+        Headers.PROCESSING_ENDPOINT: publisher,
+    })
+    return OutgoingMessage(message_id=new_message_id(), headers=headers, body=event.body,
+                           time_to_be_received=None)
 
 
 def subscription_store(settings: TransportSettings) -> SubscriptionStore:

@@ -19,7 +19,7 @@ from endpoint_runtime.cli.run import merged_transport
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.installation import EndpointTables, install
-from endpoint_runtime.privileges import grant_statements
+from endpoint_runtime.privileges import endpoint_grants
 from endpoint_runtime.settings import EndpointSettings, TransportSettings
 
 
@@ -38,7 +38,8 @@ def add_parsers(
     grants = db_commands.add_parser(
         "grants", parents=[common], help="print the GRANTs a role needs to run an endpoint",
         description="Print GRANT statements that let ROLE run the endpoint (no CREATE, no "
-        "ownership); grants on the handlers' business tables are yours to add.")
+        "ownership), and the row-level security that lets it change only its own "
+        "subscriptions; grants on the handlers' business tables are yours to add.")
     grants.add_argument("endpoint", metavar="MODULE:ATTR")
     grants.add_argument("--role", required=True, help="the endpoint's database role")
     grants.add_argument("--sends-to", action="append", default=[], metavar="QUEUE",
@@ -67,8 +68,7 @@ async def db_install(args: argparse.Namespace, settings: TransportSettings) -> i
 
 async def db_grants(args: argparse.Namespace, settings: TransportSettings) -> int:
     endpoint = load_endpoint(args.endpoint)
-    tables = EndpointTables.of(endpoint, endpoint_settings(endpoint, args))
-    for statement in grant_statements(tables, args.role, sends_to=args.sends_to,
-                                      database=args.database):
+    for statement in endpoint_grants(endpoint, endpoint_settings(endpoint, args), args.role,
+                                     sends_to=args.sends_to, database=args.database):
         print(printable(statement))
     return EXIT_OK

@@ -1,4 +1,5 @@
-"""``endpoint-runtime subscriptions list|add|remove``: the publish/subscribe table by hand.
+"""``endpoint-runtime subscriptions list|add|remove|prune``: the publish/subscribe table by
+hand.
 
 A subscription maps (endpoint, topic) to the queue that receives the topic's events; a topic
 is a message type's wire name (``module.QualName``, or its ``__message_type_name__``).
@@ -10,6 +11,11 @@ Example::
     endpoint-runtime subscriptions list
     endpoint-runtime subscriptions add billing shop.events.OrderPlaced [--queue billing]
     endpoint-runtime subscriptions remove billing shop.events.OrderPlaced
+    endpoint-runtime subscriptions prune [--dry-run]   # those whose queue does not exist
+    endpoint-runtime subscriptions policy Shipping.Tracker --role shipping_app
+
+Under row-level security (``db grants``, docs/security.md) a role changes only its own
+endpoint's rows; run these as the table's owner to change anyone's.
 """
 
 from __future__ import annotations
@@ -18,8 +24,13 @@ import argparse
 
 from endpoint_runtime.cli.common import EXIT_FAILED, EXIT_OK, existing_queue, printable
 from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.privileges import subscription_policies
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.subscriptions import subscription_store
+from endpoint_runtime.subscriptions import (
+    dangling_subscriptions,
+    prune_dangling,
+    subscription_store,
+)
 
 
 def add_parser(
@@ -48,6 +59,22 @@ def add_parser(
     remove.add_argument("endpoint", metavar="ENDPOINT")
     remove.add_argument("topic", metavar="TOPIC")
     remove.set_defaults(handler=subscriptions_remove)
+    prune = sub_commands.add_parser(
+        "prune", parents=[common], help="remove the subscriptions whose queue does not exist",
+        description="Remove every subscription whose queue table does not exist (or whose "
+        "address does not parse): a decommissioned endpoint, a typo. A table the role may not "
+        "use exists all the same and stays.")
+    prune.add_argument("--dry-run", action="store_true", help="only list them")
+    prune.set_defaults(handler=subscriptions_prune)
+    policy = sub_commands.add_parser(
+        "policy", parents=[common],
+        help="print the row-level security that lets ROLE change only ENDPOINT's rows",
+        description="Print the statements (for the subscription table's owner) that let ROLE "
+        "change only the subscriptions of ENDPOINT, e.g. an NServiceBus endpoint's role; "
+        "db grants prints them for this runtime's endpoints.")
+    policy.add_argument("endpoint", metavar="ENDPOINT")
+    policy.add_argument("--role", required=True, help="the endpoint's database role")
+    policy.set_defaults(handler=subscriptions_policy)
 
 
 async def subscriptions_list(args: argparse.Namespace, settings: TransportSettings) -> int:
@@ -92,4 +119,37 @@ async def subscriptions_remove(args: argparse.Namespace, settings: TransportSett
         print(f"no subscription of {what}")
         return EXIT_FAILED
     print(f"unsubscribed {what}")
+    return EXIT_OK
+
+
+async def subscriptions_prune(args: argparse.Namespace, settings: TransportSettings) -> int:
+    store = subscription_store(settings)
+    async with PostgresTransport.connect(settings) as transport:
+        found = await dangling_subscriptions(transport.pool, store, settings.schema)
+        removed = [] if args.dry_run else await prune_dangling(transport.pool, store, found)
+    if not found:
+        print("no subscriptions point nowhere")
+        return EXIT_OK
+    gone = {(s.endpoint, s.topic, s.queue_address) for s in removed}
+    for dangling in found:
+        subscription = dangling.subscription
+        key = (subscription.endpoint, subscription.topic, subscription.queue_address)
+        verb = ("would remove" if args.dry_run else "removed" if key in gone else "kept")
+        why = ("its queue does not exist" if dangling.address is not None
+               else "its address does not parse")
+        print(f"{verb} {printable(subscription.endpoint, keep='')} -> "
+              f"{printable(subscription.queue_address, keep='')} "
+              f"({printable(subscription.topic, keep='')}): {why}")
+    kept = 0 if args.dry_run else len(found) - len(removed)
+    if kept:
+        print(f"{kept} kept: created since, or not this role's to change (row-level security; "
+              f"run as the table's owner)")
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+async def subscriptions_policy(args: argparse.Namespace, settings: TransportSettings) -> int:
+    for statement in subscription_policies(subscription_store(settings).table, args.role,
+                                           args.endpoint):
+        print(printable(statement))
     return EXIT_OK

@@ -29,9 +29,11 @@ class ShipmentBooked(msgspec.Struct):
     ShipmentId: str
 
 
-def publisher(name: str, mode: TransactionMode, **options: object) -> Endpoint:
-    endpoint = Endpoint(name, transaction_mode=mode, immediate_retries=0, delayed_retries=0,
-                        audit_queue="audit", **options)  # type: ignore[arg-type]
+def publisher(name: str, mode: TransactionMode, *, immediate_retries: int = 0,
+              **options: object) -> Endpoint:
+    endpoint = Endpoint(name, transaction_mode=mode, immediate_retries=immediate_retries,
+                        delayed_retries=0, audit_queue="audit",
+                        **options)  # type: ignore[arg-type]
 
     @endpoint.handler
     async def place(message: PlaceOrder, context: HandlerContext) -> None:
@@ -55,6 +57,9 @@ with_outbox = publisher("sales_outbox", TransactionMode.RECEIVE_ONLY)
 with_outbox.enable_outbox()
 
 PUBLISHERS = ("atomic", "receive_only", "batched", "at_most_once", "with_outbox")
+retrying_receive_only = publisher("sales_retrying", TransactionMode.RECEIVE_ONLY,
+                                  immediate_retries=3)
+"""Receive-only with immediate retries: each failed attempt would publish again."""
 
 
 def subscriber(name: str) -> Endpoint:

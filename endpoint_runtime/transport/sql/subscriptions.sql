@@ -25,5 +25,30 @@ SELECT DISTINCT queueaddress FROM {table} WHERE topic = ANY ($1::text[]) ORDER B
 SELECT topic, endpoint, queueaddress FROM {table}
 WHERE ($1::text IS NULL OR endpoint = $1) ORDER BY topic, endpoint;
 
+-- table_exists --
+-- The catalog, not to_regclass: that raises (42501) for a schema the role may not use.
+SELECT EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               WHERE n.nspname = $1::text AND c.relname = $2::text);
+
+-- missing_queues --
+-- Which of the tables ($1[i].$2[i]) do not exist. The catalog shows every role every table,
+-- so a table in a schema the role may not use counts as existing: a send to it is refused
+-- (42501), never taken for a missing queue.
+SELECT q.schema, q.name FROM unnest($1::text[], $2::text[]) AS q(schema, name)
+WHERE NOT EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = q.schema AND c.relname = q.name);
+
+-- prune --
+-- Delete the rows given ($1 endpoints, $2 topics, $3 addresses) whose queue ($4.$5; NULL when
+-- the address does not parse) still does not exist, checked again here: a queue made since
+-- keeps its subscription. Row-level security may leave other endpoints' rows untouched.
+DELETE FROM {table} AS s
+USING unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+    AS d(endpoint, topic, queueaddress, schema, name)
+WHERE s.endpoint = d.endpoint AND s.topic = d.topic AND s.queueaddress = d.queueaddress
+  AND NOT EXISTS (SELECT FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                  WHERE n.nspname = d.schema AND c.relname = d.name)
+RETURNING s.topic, s.endpoint, s.queueaddress;
+
 -- unsubscribe_topics --
 DELETE FROM {table} WHERE endpoint = $1 AND topic = ANY ($2::text[]) RETURNING topic;
