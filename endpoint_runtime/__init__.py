@@ -30,6 +30,7 @@ from endpoint_runtime.errors import (
     RetryLater,
     UnknownMessageTypeError,
 )
+from endpoint_runtime.message_kinds import Command, Event
 from endpoint_runtime.messages import Headers, MessageIntent
 from endpoint_runtime.sender import Sender
 from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
@@ -51,6 +52,8 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     "TransportSettings",
     "load_settings",
     # messages
+    "Command",
+    "Event",
     "Headers",
     "MessageIntent",
     # transport

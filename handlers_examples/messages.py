@@ -2,10 +2,15 @@
 sales -> loyalty (-> loyalty, deferred) -> notifications; sales publishes OrderPlaced to billing
 and analytics.
 
-Message types are plain ``msgspec.Struct`` classes. Their wire name (header
+Message types are ``msgspec.Struct`` classes. Their wire name (header
 ``NServiceBus.EnclosedMessageTypes``) is ``module.QualName``, e.g.
 ``handlers_examples.messages.PlaceOrder``; a peer written in .NET would set
 ``__message_type_name__`` to its own type name instead.
+
+Commands (sent to the one endpoint that owns them) mix in :class:`Command`, the event
+OrderPlaced mixes in :class:`Event`: an endpoint subscribes at start to the events it handles,
+never to its commands, and a publish of a command fails. The other types declare neither
+(plain messages: a reply, and notifications sent point to point).
 
 Money is a :class:`~decimal.Decimal` (a JSON string on the wire, ``numeric`` in PostgreSQL), so
 no amount is ever rounded through a float.
@@ -17,8 +22,10 @@ from decimal import Decimal
 
 import msgspec
 
+from endpoint_runtime import Command, Event
 
-class PlaceOrder(msgspec.Struct, frozen=True, kw_only=True):
+
+class PlaceOrder(msgspec.Struct, Command, frozen=True, kw_only=True):
     """Command to sales: a customer wants ``quantity`` of ``product``."""
 
     order_id: str
@@ -40,7 +47,7 @@ class OrderReceived(msgspec.Struct, frozen=True, kw_only=True):
     amount: Decimal
 
 
-class OrderPlaced(msgspec.Struct, frozen=True, kw_only=True):
+class OrderPlaced(msgspec.Struct, Event, frozen=True, kw_only=True):
     """Event published by sales once an order is stored: every subscriber gets a copy
     (billing and analytics subscribe, by handling it)."""
 
@@ -50,7 +57,7 @@ class OrderPlaced(msgspec.Struct, frozen=True, kw_only=True):
     amount: Decimal
 
 
-class OrderAccepted(msgspec.Struct, frozen=True, kw_only=True):
+class OrderAccepted(msgspec.Struct, Command, frozen=True, kw_only=True):
     """Sales -> billing: the order is stored and must be invoiced."""
 
     order_id: str
@@ -58,7 +65,7 @@ class OrderAccepted(msgspec.Struct, frozen=True, kw_only=True):
     amount: Decimal
 
 
-class OrderBilled(msgspec.Struct, frozen=True, kw_only=True):
+class OrderBilled(msgspec.Struct, Command, frozen=True, kw_only=True):
     """Billing -> shipping: the invoice exists, the goods may leave."""
 
     order_id: str
@@ -76,7 +83,7 @@ class OrderShipped(msgspec.Struct, frozen=True, kw_only=True):
     carrier: str
 
 
-class AwardPoints(msgspec.Struct, frozen=True, kw_only=True):
+class AwardPoints(msgspec.Struct, Command, frozen=True, kw_only=True):
     """Sales -> loyalty: credit the customer with points for an accepted order.
 
     Sent with the message id :func:`award_points_message_id` of the order.
@@ -106,7 +113,7 @@ class PointsAwarded(msgspec.Struct, frozen=True, kw_only=True):
     points: int
 
 
-class PointsExpiryReminder(msgspec.Struct, frozen=True, kw_only=True):
+class PointsExpiryReminder(msgspec.Struct, Command, frozen=True, kw_only=True):
     """Loyalty -> loyalty, deferred: time to remind the customer that points will expire."""
 
     order_id: str

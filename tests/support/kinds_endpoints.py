@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from endpoint_runtime import Endpoint, HandlerContext, Headers, TransactionMode
-from endpoint_runtime.message_kinds import Command, Event
+from endpoint_runtime import Command, Endpoint, Event, HandlerContext, Headers, TransactionMode
 
 
 class PlaceOrder(msgspec.Struct, Command):
