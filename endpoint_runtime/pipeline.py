@@ -99,7 +99,8 @@ class NothingInFlight:
 
 
 class ProcessingStats:
-    """Counters a receiver reports to the peeker (and, later, to metrics)."""
+    """Counters a receiver reports to the peeker (and, later, to metrics); ``processed``
+    counts messages whose work committed."""
 
     def __init__(self) -> None:
         self.processed = 0
@@ -112,6 +113,29 @@ class ProcessingStats:
         self.last_started = 0.0
         """Epoch seconds at which the last handled message's handlers started."""
         self.last_ended = 0.0
+
+
+class HandledAwaitingCommit:
+    """Messages whose handlers returned, by native id, until their work commits
+    (:meth:`Pipeline.succeeded` counts them then) or fails (:meth:`Pipeline.failed` drops
+    them). Bounded: an entry whose round never ended (a lost connection, a batch another
+    receiver took over) is dropped, oldest first, past ``limit``."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._limit = limit
+        self._entries: dict[uuid.UUID, tuple[str, float, float]] = {}
+
+    def note(self, native_id: uuid.UUID, handled: tuple[str, float, float]) -> None:
+        self._entries.pop(native_id, None)
+        self._entries[native_id] = handled
+        if len(self._entries) > self._limit:
+            del self._entries[next(iter(self._entries))]
+
+    def take(self, native_id: uuid.UUID) -> tuple[str, float, float] | None:
+        return self._entries.pop(native_id, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 class Pipeline:
@@ -146,6 +170,7 @@ class Pipeline:
         self.metrics = Metrics()
         """Replaced by :class:`~endpoint_runtime.metrics.RayMetrics` in receiver actors."""
         self._type_tags: dict[type, str] = {}
+        self._handled = HandledAwaitingCommit()
         self.in_flight: InFlight = NothingInFlight()
         """Replaced by the receiver-death ledger in receiver actors."""
 
@@ -248,15 +273,22 @@ class Pipeline:
             return Outcome.FAILED
         finally:
             self.in_flight.leave(record)
-        self.stats.processing_seconds += ended - started
-        self.stats.processed += 1
-        self.metrics.processed(self._type_tag(message_type), started, ended, message.headers)
-        self.stats.consecutive_failures = 0
+        self._handled.note(message.native_id, (self._type_tag(message_type), started, ended))
         return Outcome.HANDLED
 
     def succeeded(self, message: TransportMessage) -> None:
-        """The message's work committed: its failure count goes."""
+        """The message's work committed: its failure count goes, and it counts as processed
+        (``stats.processed``, the ``messages_processed`` metric) now, not when the handlers
+        returned: an attempt whose commit fails is a failed attempt, never a processed one."""
         self.failures.forget(message.native_id)
+        handled = self._handled.take(message.native_id)
+        if handled is None:
+            return  # not handled by this pipeline (a duplicate the outbox skipped)
+        type_tag, started, ended = handled
+        self.stats.processing_seconds += ended - started
+        self.stats.processed += 1
+        self.metrics.processed(type_tag, started, ended, message.headers)
+        self.stats.consecutive_failures = 0
 
     def failed(
         self, message: TransportMessage, exc: BaseException,
@@ -266,6 +298,7 @@ class Pipeline:
         error "current transaction is aborted" is charged as :class:`TransactionAbortedError`:
         a handler caught an error without a savepoint."""
         exc = charged_exception(exc)
+        self._handled.take(message.native_id)  # its handlers' work did not commit
         failure = self.failures.record(
             message.native_id, exc, unrecoverable=self.policy.is_unrecoverable(exc),
             limits=limits or RetryLimits(),

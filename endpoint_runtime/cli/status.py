@@ -1,10 +1,12 @@
-"""``endpoint-runtime status [--watch]``: every endpoint seen in the database at a glance.
+"""``endpoint-runtime status [--watch]``: every endpoint of the deployment at a glance.
 
-For each endpoint (a queue table, a processing endpoint of recent audit copies, or a queue
-that messages in the error queue failed in): its queue length, messages per second over the
-last minute and critical time p50/p95 over ``--window`` seconds (both from ``audit_log``:
-endpoints need ``audit_queue`` set and ``endpoint-runtime ingest`` running), and how many of
-its messages wait in the error queue. ``--watch`` refreshes in place.
+For each endpoint (a queue table of the transport's schema other than the audit and error
+queues, a processing endpoint of recent audit copies, or a queue that messages in the error
+queue failed in): its queue length, messages per second and critical time p50/p95 over the
+last ``--window`` seconds (from ``audit_log``: endpoints need ``audit_queue`` set and
+``endpoint-runtime ingest`` running), and how many of its messages wait in the error queue.
+Error-queue rows whose failed queue does not name a queue (hostile or corrupt headers) are
+counted on one line, ``(unparsable failed queue)``. ``--watch`` refreshes in place.
 
 Example::
 
@@ -29,6 +31,8 @@ from endpoint_runtime.transport import QueueAddress
 
 AUDIT_QUEUE = "audit"
 ERROR_QUEUE = "error"
+UNPARSABLE = "(unparsable failed queue)"
+"""The line of error-queue rows whose failed-queue header names no queue."""
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 
@@ -47,14 +51,16 @@ def add_parser(
 ) -> None:
     status = commands.add_parser(
         "status", parents=[common], help="queue length, rate, critical time, errors",
-        description="Every endpoint seen in the database: queue length, messages per second "
-        "(last minute) and critical time p50/p95 from audit_log, messages in the error queue.",
+        description="Every endpoint of the transport's schema: queue length, messages per "
+        "second and critical time p50/p95 over --window from audit_log, messages in the error "
+        "queue.",
     )
     status.add_argument("--watch", action="store_true", help="refresh until interrupted")
     status.add_argument("--interval", type=positive_float, default=2.0, metavar="S",
                         help="seconds between refreshes with --watch (default 2)")
     status.add_argument("--window", type=positive_float, default=300.0, metavar="S",
-                        help="seconds of audit data for the percentiles (default 300)")
+                        help="seconds of audit data for the rate and the percentiles "
+                        "(default 300)")
     status.add_argument("--error-queue", default=ERROR_QUEUE, metavar="QUEUE")
     status.set_defaults(handler=status_command)
 
@@ -67,11 +73,14 @@ async def collect(transport: PostgresTransport, window: float,
     found: dict[str, EndpointStatus] = {}
 
     def entry(name: str) -> EndpointStatus:
-        key = str(QueueAddress.parse(name, schema))
+        try:
+            key = str(QueueAddress.parse(name, schema))
+        except ValueError:  # header text from outside: shown, never fatal
+            key = UNPARSABLE
         return found.setdefault(key, EndpointStatus(endpoint=key))
 
     special = {str(transport.address(AUDIT_QUEUE)), str(transport.address(error_queue))}
-    for queue in await transport.list_queues(None):
+    for queue in await transport.list_queues(schema):
         if str(queue.address) not in special:
             entry(str(queue.address)).queue_length = queue.depth
     try:
@@ -90,8 +99,7 @@ async def collect(transport: PostgresTransport, window: float,
     except asyncpg.UndefinedTableError:
         failed = []
     for row in failed:
-        if row["queue"]:
-            entry(row["queue"]).failed = row["failed"]
+        entry(row["queue"] or "").failed += row["failed"]
     return sorted(found.values(), key=lambda s: s.endpoint)
 
 

@@ -13,9 +13,9 @@ from endpoint_runtime.transport.queues import ddl_lock
 
 AUDIT_FIELDS = tuple(AuditRecord.__struct_fields__)
 ERROR_FIELDS = tuple(ErrorRecord.__struct_fields__)
-SCAN_MARGIN = 1_000
-"""Seqs below the last one seen that a scan looks at again (inserts that committed late)."""
 SCAN_BATCH = 1_000
+CLEAN_BATCH = 10_000
+"""Rows one retention DELETE removes; it runs again until a batch comes back short."""
 
 
 class OperationalData:
@@ -53,6 +53,9 @@ class OperationalData:
         async with ddl_lock(connection):
             await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(self.schema)}")
             await connection.execute(self.sql["create_tables"])
+            if not await connection.fetchval(self.sql["progress_has_candidate"],
+                                             self._names["progress"]):
+                await connection.execute(self.sql["add_candidate"])
 
     async def insert_audit(
         self, connection: DatabaseConnection, records: list[AuditRecord]
@@ -70,25 +73,58 @@ class OperationalData:
         self, connection: DatabaseConnection, error_queue: QueueAddress
     ) -> int | None:
         """Record the error queue's rows not recorded yet, leaving them where they are (so
-        ``errors retry`` still finds them); returns how many were read, or ``None`` when
-        another process is at it. One transaction."""
+        ``errors retry`` still finds them); returns how many were recorded, or ``None`` when
+        another process is at it. One transaction.
+
+        A row can commit long after rows with higher seqs (a batched transaction that moved
+        a message to the error queue early in a long batch), so the scan starts at a floor
+        below which every row has been seen, with no fixed margin: the floor moves up to a
+        candidate seq once every transaction that was writing to the queue when the
+        candidate was taken has ended (see ``take_candidate`` in ``ingestion.sql``). Above
+        the floor, rows already recorded are skipped.
+        """
         source = str(error_queue)
-        await connection.execute(self.sql["add_progress"], source)
+        sql = self.sql
+        await connection.execute(sql["add_progress"], source)
         async with connection.transaction():
-            last_seq = await connection.fetchval(self.sql["lock_progress"], source)
-            if last_seq is None:
+            progress = await connection.fetchrow(sql["lock_progress"], source)
+            if progress is None:
                 return None
-            scan = self.sql["scan_error_queue"].replace("{error_queue}", error_queue.qualified)
-            rows = await connection.fetch(scan, max(0, last_seq - SCAN_MARGIN), SCAN_BATCH,
-                                          source)
+            floor, candidate = progress["last_seq"], progress["candidate_seq"]
+            holders = progress["candidate_holders"]
+            settled = candidate is not None and not await connection.fetchval(
+                sql["holders_alive"], holders or [])
+            scan = sql["scan_error_queue"].replace("{error_queue}", error_queue.qualified)
+            rows = await connection.fetch(scan, floor, SCAN_BATCH, source)
             records = [error_record(source, row["id"], row["seq"], row["headers"],
                                     row["body_size"] or 0) for row in rows]
             await self.insert_errors(connection, records)
-            if rows:
-                await connection.execute(self.sql["set_progress"], source, rows[-1]["seq"])
+            if settled:
+                # A full batch may have stopped short of the candidate: up to its last row.
+                floor = min(candidate, rows[-1]["seq"]) if len(rows) == SCAN_BATCH else candidate
+                candidate = holders = None
+            if candidate is None:
+                taken = await connection.fetchrow(
+                    sql["take_candidate"].replace("{error_queue}", error_queue.qualified),
+                    error_queue.qualified)
+                assert taken is not None  # a SELECT without FROM returns one row
+                if taken["seq"] is not None and taken["seq"] > floor:
+                    candidate, holders = taken["seq"], taken["holders"]
+            await connection.execute(sql["set_progress"], source, floor, candidate, holders)
             return len(rows)
 
-    async def clean_up(self, connection: DatabaseConnection, keep_seconds: float) -> None:
-        """Delete rows ingested more than ``keep_seconds`` ago (up to 10,000 per table)."""
-        await connection.execute(self.sql["clean_audit_log"], keep_seconds)
-        await connection.execute(self.sql["clean_error_log"], keep_seconds)
+    async def clean_up(
+        self, connection: DatabaseConnection, keep_seconds: float, batch: int = CLEAN_BATCH,
+    ) -> int:
+        """Delete every row ingested more than ``keep_seconds`` ago, ``batch`` rows per
+        statement (each its own transaction: no long lock, no huge WAL record), until none is
+        left; returns how many were deleted."""
+        deleted = 0
+        for statement in ("clean_audit_log", "clean_error_log"):
+            while True:
+                status = await connection.execute(self.sql[statement], keep_seconds, batch)
+                count = int(status.split()[-1])  # "DELETE n"
+                deleted += count
+                if count < batch:
+                    break
+        return deleted

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 
 import asyncpg
+import structlog
 
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Outcome, Pipeline
@@ -25,7 +26,9 @@ from endpoint_runtime.transactions.single import (
     end_carried_transaction,
 )
 from endpoint_runtime.transport import receiving
-from endpoint_runtime.transport.connection import QUERY_ERRORS, DatabaseConnection
+from endpoint_runtime.transport.connection import QUERY_ERRORS, DatabaseConnection, is_lost
+
+log = structlog.get_logger("endpoint_runtime.batched")
 
 MESSAGE_SAVEPOINT = "endpoint_runtime_message"
 
@@ -137,6 +140,13 @@ class BatchedSlot(ReceiveSlot):
             return await self._one_by_one.round()
         try:
             return await self._strategy.receive_batch(self.connection)
-        except BaseException:
+        except BaseException as exc:
             self.single_rounds_left = self._strategy.batch_size
-            raise
+            if not isinstance(exc, Exception) or is_lost(self.connection):
+                raise
+            log.warning("batch_rolled_back", error=f"{type(exc).__name__}: {exc}"[:500])
+        # The receiver ends a slot whose round raises, and the one-by-one rounds with it: a
+        # batch that cannot commit would come back as a batch for ever. The first one-by-one
+        # round runs now instead (it raises what is not a message's failure).
+        self.single_rounds_left -= 1
+        return await self._one_by_one.round()

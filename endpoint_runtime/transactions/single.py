@@ -63,6 +63,13 @@ class SingleMessageStrategy:
     def open_slot(self, connection: DatabaseConnection) -> SingleMessageSlot:
         return SingleMessageSlot(self, connection)
 
+    def round_dispatcher(self) -> BufferedDispatcher | ImmediateDispatcher:
+        """Where one round's outgoing messages go: a buffer written with the COMMIT (atomic
+        mode), or straight out (receive-only mode; ``receive_only.py`` refines it)."""
+        if self.sends_atomic:
+            return BufferedDispatcher(self.pool, self.pipeline.delayed_store)
+        return self.immediate
+
 
 class SingleMessageSlot(ReceiveSlot):
     """A slot of one message per transaction; what it carries over between rounds is the
@@ -87,8 +94,7 @@ class SingleMessageSlot(ReceiveSlot):
             if received is None:
                 await connection.execute("COMMIT")  # expired rows deleted on the way
                 return EMPTY
-            dispatcher = (BufferedDispatcher(strategy.pool, pipeline.delayed_store)
-                          if strategy.sends_atomic else strategy.immediate)
+            dispatcher = strategy.round_dispatcher()
             outcome = await pipeline.process(received, connection, dispatcher,
                                              OpenTransactionConnection(connection))
             if outcome is Outcome.FAILED:

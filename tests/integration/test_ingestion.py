@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import uuid
 
+import asyncpg
 import msgspec
 
 from endpoint_runtime import Endpoint
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.ingestion import IngestionEndpoint
+from endpoint_runtime.ingestion.storage import CLEAN_BATCH, SCAN_BATCH
 from endpoint_runtime.messages import Headers, encode_headers, from_wire_time
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders
@@ -147,3 +149,108 @@ async def test_old_rows_are_cleaned_up(transport: PostgresTransport) -> None:
         assert await transport.pool.fetchval("SELECT count(*) FROM audit_log") == 1
         await ingestion.data.clean_up(connection, keep_seconds=86_400)
     assert await transport.pool.fetchval("SELECT count(*) FROM audit_log") == 0
+
+
+async def test_retention_deletes_every_expired_row_however_many_batches_it_takes(
+    transport: PostgresTransport,
+) -> None:
+    async with transport.pool.acquire() as connection:
+        await ingestion.data.setup(connection)
+    expired, kept = 2 * CLEAN_BATCH + 1, 3
+    await transport.pool.execute(
+        "INSERT INTO audit_log (message_id, body_size, retries, headers, ingested_at) "
+        "SELECT 'm' || n, 0, 0, '{}', now() - interval '2 days' FROM generate_series(1, $1) n",
+        expired)
+    await transport.pool.execute(
+        "INSERT INTO error_log (source, body_size, retries, headers, ingested_at) "
+        "SELECT 'public.error', 0, 0, '{}', now() - interval '2 days' "
+        "FROM generate_series(1, $1) n", CLEAN_BATCH + 1)
+    for table in ("audit_log", "error_log"):
+        await transport.pool.execute(
+            f"INSERT INTO {table} (message_id, source, body_size, retries, headers) "
+            "SELECT 'fresh', 'public.error', 0, 0, '{}' FROM generate_series(1, $1)"
+            if table == "error_log" else
+            f"INSERT INTO {table} (message_id, body_size, retries, headers) "
+            "SELECT 'fresh', 0, 0, '{}' FROM generate_series(1, $1)", kept)
+
+    async with transport.pool.acquire() as connection:
+        deleted = await ingestion.data.clean_up(connection, keep_seconds=86_400)
+
+    for table in ("audit_log", "error_log"):
+        assert await transport.pool.fetchval(
+            f"SELECT array_agg(DISTINCT message_id) FROM {table}") == ["fresh"]
+        assert await transport.pool.fetchval(f"SELECT count(*) FROM {table}") == kept
+    assert deleted == expired + CLEAN_BATCH + 1
+
+
+async def test_a_failure_that_commits_after_a_scan_batch_of_later_ones_is_recorded(
+    transport: PostgresTransport, database_dsn: str,
+) -> None:
+    """A batched transaction moves a message to the error queue early and commits late: more
+    than a scan batch of later failures commit and are recorded meanwhile. The late row, below
+    every seq already seen, is recorded once it commits, and nothing is recorded twice."""
+    await transport.create_queue("error")
+    data = ingestion.data
+    async with transport.pool.acquire() as connection:
+        await data.setup(connection)
+    error_queue = QueueAddress("error")
+    insert = "INSERT INTO error (id, headers, body) VALUES ($1, $2, '')"
+
+    def failed_headers(n: int) -> str:
+        return encode_headers({Headers.MESSAGE_ID: f"m-{n}",
+                               ErrorHeaders.FAILED_QUEUE: "sales"})
+
+    async def record_all() -> int:
+        recorded = 0
+        async with transport.pool.acquire() as connection:
+            while n := await data.record_error_queue(connection, error_queue):
+                recorded += n
+        return recorded
+
+    late = await asyncpg.connect(database_dsn)
+    try:
+        await late.execute("BEGIN")
+        await late.execute(insert, uuid.uuid4(), failed_headers(0))  # the lowest seq
+        later = SCAN_BATCH + 500
+        await transport.pool.executemany(
+            insert, [(uuid.uuid4(), failed_headers(n)) for n in range(1, later + 1)])
+        assert await record_all() == later
+        assert await record_all() == 0
+        await late.execute("COMMIT")
+    finally:
+        await late.close()
+
+    assert await record_all() == 1
+    assert await record_all() == 0
+    assert await transport.pool.fetchval(
+        "SELECT min(queue_seq) FROM error_log") == await transport.pool.fetchval(
+        "SELECT min(seq) FROM error")
+    recorded = await transport.pool.fetch("SELECT message_id FROM error_log")
+    assert sorted(r["message_id"] for r in recorded) == sorted(
+        f"m-{n}" for n in range(later + 1))
+
+
+async def test_the_scan_floor_moves_up_once_the_writers_have_ended(
+    transport: PostgresTransport,
+) -> None:
+    """The floor below which the scan no longer looks moves up to what was seen once the
+    transactions writing to the queue at the time have ended (so a scan does not re-read the
+    whole queue for ever)."""
+    await transport.create_queue("error")
+    data = ingestion.data
+    async with transport.pool.acquire() as connection:
+        await data.setup(connection)
+    error_queue = QueueAddress("error")
+    for n in range(5):
+        await transport.send("error", create_outgoing(PlaceOrder(f"o-{n}")))
+
+    async def floor() -> int:
+        value: int = await transport.pool.fetchval(
+            "SELECT last_seq FROM ingestion_progress WHERE queue = 'public.error'")
+        return value
+
+    async with transport.pool.acquire() as connection:
+        assert await data.record_error_queue(connection, error_queue) == 5
+        assert await floor() == 0  # a candidate is taken, not yet settled
+        assert await data.record_error_queue(connection, error_queue) == 0
+    assert await floor() == await transport.pool.fetchval("SELECT max(seq) FROM error")

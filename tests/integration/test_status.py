@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from endpoint_runtime.cli.status import collect, render
+from endpoint_runtime.cli.status import UNPARSABLE, collect, render
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import Headers, to_wire_time
 from endpoint_runtime.outgoing import create_outgoing
@@ -20,8 +20,9 @@ cli = test_cli.cli  # the fixtures of the command-line tests
 db = test_cli.db
 
 
-async def audited(transport: PostgresTransport, endpoint: str, critical_ms: float) -> None:
-    ended = datetime.now(UTC)
+async def audited(transport: PostgresTransport, endpoint: str, critical_ms: float,
+                  ago: float = 0.0) -> None:
+    ended = datetime.now(UTC) - timedelta(seconds=ago)
     await transport.send("audit", create_outgoing(PlaceOrder("x"), headers={
         Headers.TIME_SENT: to_wire_time(ended - timedelta(milliseconds=critical_ms)),
         Headers.PROCESSING_STARTED: to_wire_time(ended - timedelta(milliseconds=1)),
@@ -47,7 +48,7 @@ async def test_status_shows_each_endpoint_with_its_queue_rate_latency_and_errors
     assert set(statuses) == {"public.sales", "public.billing"}
     sales, billing = statuses["public.sales"], statuses["public.billing"]
     assert (sales.queue_length, billing.queue_length) == (0, 1)
-    assert sales.per_second == pytest.approx(4 / 60)
+    assert sales.per_second == pytest.approx(4 / 300)  # over the window
     assert sales.critical_p50_ms == pytest.approx(25, abs=0.5)
     assert sales.critical_p95_ms == pytest.approx(38.5, abs=0.5)
     assert (sales.failed, billing.failed) == (0, 2)
@@ -61,3 +62,68 @@ def test_the_status_command_prints_one_line_per_endpoint(cli: Cli, db: Database)
     shown = cli("status")
     assert shown.code == 0
     assert [line.split()[0] for line in shown.out.splitlines()] == ["endpoint", "public.sales"]
+
+
+async def test_the_rate_is_taken_over_the_window(transport: PostgresTransport) -> None:
+    for queue in ("sales", "billing", "audit", "error"):
+        await transport.create_queue(queue)
+    for n in range(6):
+        await audited(transport, "sales", 10, ago=2.0 + n)  # within the last 10 s
+        await audited(transport, "billing", 10, ago=100.0 + n)  # 100-105 s ago
+    await ingest(transport)
+
+    short = {s.endpoint: s for s in await collect(transport, window=20)}
+    assert short["public.sales"].per_second == pytest.approx(6 / 20)
+    assert short["public.billing"].per_second is None  # outside the window
+    long = {s.endpoint: s for s in await collect(transport, window=300)}
+    assert long["public.sales"].per_second == pytest.approx(6 / 300)
+    assert long["public.billing"].per_second == pytest.approx(6 / 300)
+
+
+HOSTILE_FAILED_QUEUES = ['a.b.c', '', 'a..b', "x" * 200]
+
+
+async def test_a_hostile_failed_queue_is_shown_as_unparsable_and_never_fatal(
+    transport: PostgresTransport,
+) -> None:
+    await transport.create_queue("sales")
+    await transport.create_queue("error")
+    for failed_queue in HOSTILE_FAILED_QUEUES:
+        await transport.send("error", create_outgoing(PlaceOrder("hostile"), headers={
+            ErrorHeaders.FAILED_QUEUE: failed_queue}))
+    await transport.pool.execute(  # headers that do not parse at all
+        "INSERT INTO error (id, headers, body) VALUES (gen_random_uuid(), '{not json', '')")
+    await transport.send("error", create_outgoing(PlaceOrder("ok"), headers={
+        ErrorHeaders.FAILED_QUEUE: "sales"}))
+
+    statuses = {s.endpoint: s for s in await collect(transport, window=300)}
+
+    assert set(statuses) == {"public.sales", UNPARSABLE}
+    assert statuses["public.sales"].failed == 1
+    assert statuses[UNPARSABLE].failed == len(HOSTILE_FAILED_QUEUES) + 1
+    assert UNPARSABLE in render(list(statuses.values()))
+
+
+def test_the_status_command_survives_a_hostile_failed_queue(cli: Cli, db: Database) -> None:
+    db.create("sales", "error")
+
+    async def hostile(transport: PostgresTransport) -> None:
+        await transport.send("error", create_outgoing(PlaceOrder("hostile"), headers={
+            ErrorHeaders.FAILED_QUEUE: "a.b.c"}))
+
+    db.run(hostile)
+    shown = cli("status")
+    assert shown.code == 0, shown.err
+    assert [line.split()[0] for line in shown.out.splitlines()] == [
+        "endpoint", "(unparsable", "public.sales"]
+
+
+async def test_only_the_transport_schemas_endpoints_are_listed(
+    transport: PostgresTransport,
+) -> None:
+    for queue in ("sales", "audit", "error", "other.error", "other.audit", "other.billing"):
+        await transport.create_queue(queue)
+
+    statuses = await collect(transport, window=300)
+
+    assert [s.endpoint for s in statuses] == ["public.sales"]

@@ -18,7 +18,7 @@ from endpoint_runtime.errors import DiscardMessage
 from endpoint_runtime.handlers import HandlerRegistry
 from endpoint_runtime.messages import OutgoingMessage, TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.pipeline import Outcome, Pipeline
+from endpoint_runtime.pipeline import HandledAwaitingCommit, Outcome, Pipeline
 from endpoint_runtime.recoverability import Action, RecoverabilityPolicy
 from endpoint_runtime.transport.addresses import QueueAddress
 
@@ -67,8 +67,11 @@ async def test_handlers_run_in_registration_order_and_the_message_is_handled() -
         seen.append(("second", message.n))
 
     pipeline = pipeline_of(first, second)
-    assert await process(pipeline, received(7)) is Outcome.HANDLED
+    message = received(7)
+    assert await process(pipeline, message) is Outcome.HANDLED
     assert seen == [("first", 7), ("second", 7)]
+    assert pipeline.stats.processed == 0  # counted once its work commits
+    pipeline.succeeded(message)
     assert pipeline.stats.processed == 1
 
 
@@ -120,3 +123,14 @@ async def test_a_lost_connection_is_raised_to_the_receive_loop_not_counted() -> 
     with pytest.raises(ConnectionResetError):
         await process(pipeline, received(3))
     assert pipeline.stats.failed == 0
+
+
+def test_handled_messages_awaiting_their_commit_are_bounded_oldest_first() -> None:
+    awaiting = HandledAwaitingCommit(limit=2)
+    first, second, third = (uuid.uuid4() for _ in range(3))
+    for native_id in (first, second, third):
+        awaiting.note(native_id, ("t", 0.0, 1.0))
+    assert len(awaiting) == 2
+    assert awaiting.take(first) is None  # dropped: the oldest
+    assert awaiting.take(third) == ("t", 0.0, 1.0)
+    assert awaiting.take(third) is None  # taken once

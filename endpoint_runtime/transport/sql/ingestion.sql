@@ -53,10 +53,25 @@ CREATE TABLE IF NOT EXISTS {error_log} (
 CREATE UNIQUE INDEX IF NOT EXISTS {error_row_idx} ON {error_log} (source, native_id, queue_seq);
 CREATE INDEX IF NOT EXISTS {error_failed_idx} ON {error_log} (time_of_failure);
 CREATE INDEX IF NOT EXISTS {error_ingested_idx} ON {error_log} (ingested_at);
+-- last_seq: every row at or below it has been seen. The candidate is the next value of
+-- last_seq, valid once the transactions that were writing to the queue when it was taken
+-- (candidate_holders, virtual transaction ids) have ended.
 CREATE TABLE IF NOT EXISTS {progress} (
     queue text PRIMARY KEY,
-    last_seq bigint NOT NULL
+    last_seq bigint NOT NULL,
+    candidate_seq bigint,
+    candidate_holders text[]
 );
+
+-- progress_has_candidate --
+-- Whether the progress table has the candidate columns (tables made before they existed).
+SELECT count(*) = 2 FROM pg_attribute
+WHERE attrelid = to_regclass($1::text) AND attname IN ('candidate_seq', 'candidate_holders')
+  AND NOT attisdropped;
+
+-- add_candidate --
+ALTER TABLE {progress} ADD COLUMN IF NOT EXISTS candidate_seq bigint,
+    ADD COLUMN IF NOT EXISTS candidate_holders text[];
 
 -- insert_audit --
 INSERT INTO {audit_log} (message_id, message_type, intent, sending_endpoint, sending_machine,
@@ -85,36 +100,60 @@ INSERT INTO {progress} (queue, last_seq) VALUES ($1, 0) ON CONFLICT (queue) DO N
 
 -- lock_progress --
 -- One ingesting process at a time scans the error queue: the others skip it.
-SELECT last_seq FROM {progress} WHERE queue = $1 FOR UPDATE SKIP LOCKED;
+SELECT last_seq, candidate_seq, candidate_holders FROM {progress}
+WHERE queue = $1 FOR UPDATE SKIP LOCKED;
+
+-- holders_alive --
+-- Whether any of these transactions (virtual ids) is still running: each holds a lock on its
+-- own virtual id for as long as it runs.
+SELECT EXISTS (SELECT FROM pg_locks
+               WHERE locktype = 'virtualxid' AND virtualxid = ANY ($1::text[]));
 
 -- scan_error_queue --
--- The rows stay (errors retry still finds them). $1 lies a margin below the last seq seen: a
--- row whose insert committed late, below a seq already seen, is still found.
+-- The rows stay (errors retry still finds them). $1 is last_seq: every row at or below it
+-- has been seen; above it, the rows not recorded yet, in seq order.
 SELECT q.id, q.seq, q.headers, octet_length(q.body) AS body_size FROM {error_queue} q
 WHERE q.seq > $1
   AND NOT EXISTS (SELECT FROM {error_log} l
                   WHERE l.source = $3 AND l.native_id = q.id AND l.queue_seq = q.seq)
 ORDER BY q.seq LIMIT $2;
 
+-- take_candidate --
+-- The highest seq this statement's snapshot sees, and then the transactions that hold the
+-- queue's ROW EXCLUSIVE lock. A row below that seq that the snapshot did not see was written
+-- by a transaction running at the snapshot: it took the lock before it drew its seq and keeps
+-- it to its end, so it is among the holders (or ended before they were read, and is visible
+-- to every later scan). Once every holder has ended, a scan from last_seq sees all rows up to
+-- the candidate. $1: the queue's quoted name.
+SELECT (SELECT max(seq) FROM {error_queue}) AS seq,
+       ARRAY(SELECT DISTINCT virtualtransaction FROM pg_locks
+             WHERE locktype = 'relation' AND relation = to_regclass($1::text)
+               AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND mode = 'RowExclusiveLock'
+               AND pid IS DISTINCT FROM pg_backend_pid()) AS holders;
+
 -- set_progress --
-UPDATE {progress} SET last_seq = greatest(last_seq, $2) WHERE queue = $1;
+UPDATE {progress} SET last_seq = greatest(last_seq, $2), candidate_seq = $3,
+    candidate_holders = $4
+WHERE queue = $1;
 
 -- clean_audit_log --
+-- One batch of at most $2 rows older than $1 seconds; run again until a batch comes back short
+-- (each batch its own short transaction).
 DELETE FROM {audit_log} WHERE id = ANY (ARRAY(
     SELECT id FROM {audit_log}
-    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1) LIMIT 10000));
+    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1) LIMIT $2));
 
 -- clean_error_log --
 DELETE FROM {error_log} WHERE id = ANY (ARRAY(
     SELECT id FROM {error_log}
-    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1) LIMIT 10000));
+    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1) LIMIT $2));
 
 -- endpoint_activity --
--- Per processing endpoint, from the audit copies: messages per second over the last minute,
--- critical time percentiles over the last $1 seconds.
+-- Per processing endpoint, from the audit copies of the last $1 seconds: messages per second
+-- and critical time percentiles.
 SELECT processing_endpoint AS endpoint,
-       count(*) FILTER (WHERE processing_ended > statement_timestamp() - interval '60 s')
-           / 60.0 AS per_second,
+       count(*) / $1::float8 AS per_second,
        percentile_cont(0.5) WITHIN GROUP (ORDER BY critical_time_ms) AS critical_p50_ms,
        percentile_cont(0.95) WITHIN GROUP (ORDER BY critical_time_ms) AS critical_p95_ms
 FROM {audit_log}
