@@ -285,7 +285,8 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         error_queue: where failed and poison messages go.
         audit_queue: where a copy of each successfully processed message goes, with its
             processing headers (``None``: no audit; conventionally ``"audit"``).
-        auto_subscribe: at start, subscribe to every message type the endpoint handles.
+        auto_subscribe: at start, subscribe to every message type the endpoint handles but
+            commands, and delete its stored subscriptions to the commands it handles.
         stop_timeout: seconds a graceful stop waits for in-flight handlers before cancelling.
         scale_down_after: seconds of empty peeks before surplus receivers are retired.
         receiver_num_cpus: Ray CPUs reserved per receiver (0: do not reserve).

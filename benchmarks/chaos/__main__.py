@@ -5,7 +5,9 @@ Examples::
 
     python -m benchmarks.chaos                      # 100,000 messages per mode, five modes
     python -m benchmarks.chaos --messages 2000 --stream-seconds 20 --quick   # the CI size
-    python -m benchmarks.chaos --modes atomic outbox --seed 7
+    python -m benchmarks.chaos --modes atomic outbox --seed 7   # replays those two modes
+    python -m benchmarks.chaos --messages 2000 --stream-seconds 20 --quick --plant-loss 3
+        # the self-test: ok is false, naming the 3 deleted messages of each mode
 """
 
 from __future__ import annotations
@@ -42,9 +44,19 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--nodes", type=int, default=3, help="Ray nodes (default 3)")
     parser.add_argument("--drain-timeout", type=float, default=300.0,
                         help="seconds to wait for everything to settle after the stream")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1,
+                        help="each mode draws its messages, fates and fault schedule from "
+                        "generators derived from the seed and its name (default 1)")
     parser.add_argument("--runtime-log-level", default="error",
                         help="log level of the peeker and receivers (default error)")
+    parser.add_argument("--plant-loss", type=int, default=0, metavar="K",
+                        help="self-test: delete K queued messages behind the runtime's back "
+                        "(each planted mode must then fail, naming them)")
+    parser.add_argument("--plant-duplicate", type=int, default=0, metavar="K",
+                        help="self-test: write a second business effect for K handled "
+                        "messages behind the runtime's back")
+    parser.add_argument("--plant-modes", nargs="+", choices=MODES, default=None,
+                        help="modes to plant in (default: every mode run)")
     parser.add_argument("--quick", action="store_true",
                         help="do not write the result file (the JSON still goes to stdout)")
     args = parser.parse_args(argv)
@@ -52,8 +64,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         args.stream_seconds = max(20.0, args.messages / 800)
     if args.poison_per_kind is None:
         args.poison_per_kind = max(10, args.messages // 1000)
+    if args.plant_modes is None:
+        args.plant_modes = list(args.modes) if args.plant_loss or args.plant_duplicate else []
     if args.messages < 1 or args.nodes < 1 or not 0.0 <= args.backlog_share < 1.0:
         parser.error("--messages and --nodes must be positive, --backlog-share in [0, 1)")
+    if args.plant_loss < 0 or args.plant_duplicate < 0:
+        parser.error("--plant-loss and --plant-duplicate take a count of messages (K >= 0)")
     return args
 
 

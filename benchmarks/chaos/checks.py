@@ -1,37 +1,107 @@
-"""The accounts of one mode's run, the checks on them, and recovery times after faults.
+"""The accounts of one mode's run and the checks on them (pure: unit-tested without a
+database; :mod:`benchmarks.chaos.observations` reads their input from the run's database).
 
-:func:`account` and :func:`recovery_times` are pure (unit-tested without a database);
-:func:`read_accounts` gathers their input from the run's database.
+Every count is observed, none is what remains of another:
+
+- ``handled``: ids with a committed handler effect (``chaos_effects``);
+- ``error_queue``: ids with a row in the error queue;
+- ``expired``: ids whose row was deleted already expired (a trigger saw the DELETE);
+- ``discarded``: ids a handler was seen discarding (noted on its own connection) that are
+  in none of the three places above and no longer queued;
+- ``lost``: sent ids in none of these and not queued.
+
+Each id is then compared with the place its planned fate gives it in its mode
+(:func:`expected_place`): a mismatch is a ``fate_mismatch``. An error-queue copy charged with
+``ReceiverDiedError`` is a receiver death observed by the crash ledger: it matches any fate.
+``none`` mode may lose a message, by design, only one it had in hand when a fault cut its
+connection: each lost id must have been received, on a connection a fault cut, shortly before
+(:func:`traced_to_a_cut`).
 """
 
 from __future__ import annotations
 
-import bisect
 import collections
-import statistics
+import enum
 import uuid
-from collections.abc import Sequence
 
-import asyncpg
 import msgspec
 
-from benchmarks.chaos.endpoints import EFFECTS_TABLE, ERROR_QUEUE, SINK
 from benchmarks.chaos.schedule import Fate, PoisonKind
-from endpoint_runtime.messages import Headers, decode_headers
-from endpoint_runtime.transport import QueueAddress
 
-EXACTLY_ONCE_MODES = frozenset({"atomic", "batched", "outbox"})
-"""Business effects and sends exactly once per handled message."""
-NEVER_HANDLED = frozenset({Fate.PERMANENT, Fate.UNRECOVERABLE, Fate.DISCARD, *PoisonKind})
-RECOVERY_SHARE = 0.9
-BASELINE_SECONDS = 3.0
-WINDOW_SECONDS = 1.0
-STEP_SECONDS = 0.1
+EXACTLY_ONCE_SENDS = frozenset({"atomic", "batched", "outbox"})
+"""Sends exactly once per handled message (no ghost sends)."""
+RECEIVER_DIED = "ReceiverDiedError"
+"""The exception type (last part) of an error-queue copy the crash ledger sent there."""
+CUT_WINDOW = 30.0
+"""Seconds before a fault within which a receive counts as still in hand at it."""
+CUT_SLACK = 0.5
+"""Seconds after a fault's moment a receive may carry (commit time against the driver's
+clock, on the same machine)."""
+POISON = frozenset(PoisonKind)
+LISTED = 20
+"""Ids listed per kind of problem, to look them up."""
+
+
+class Place(enum.StrEnum):
+    HANDLED = "handled"
+    ERROR_QUEUE = "error_queue"
+    EXPIRED = "expired"
+    DISCARDED = "discarded"
+
+
+def expected_place(mode: str, kind: str) -> Place:
+    """Where a message of fate or poison ``kind`` must end in ``mode``."""
+    if kind == PoisonKind.EXPIRED:
+        return Place.EXPIRED
+    if kind in POISON or kind in (Fate.PERMANENT, Fate.UNRECOVERABLE):
+        return Place.ERROR_QUEUE
+    if kind == Fate.DISCARD:
+        return Place.DISCARDED
+    if kind == Fate.TRANSIENT and mode == "none":  # no retries: its one failure is final
+        return Place.ERROR_QUEUE
+    return Place.HANDLED
+
+
+class Receive(msgspec.Struct, frozen=True):
+    """A committed receive (``none`` mode): by which backend, from which client port, when."""
+
+    message_id: uuid.UUID
+    backend: int
+    client_port: int | None
+    at: float
+
+
+class CutAt(msgspec.Struct, frozen=True):
+    """A fault's cut of connections at epoch second ``at`` (see ``drivers.Cut``)."""
+
+    at: float
+    ports: frozenset[int] = frozenset()
+    backends: frozenset[int] = frozenset()
+    every_backend: bool = False
+
+
+class Observed(msgspec.Struct, kw_only=True):
+    """What the ledger saw of one mode's run."""
+
+    mode: str
+    sent: dict[uuid.UUID, str]
+    """id -> planned fate or poison kind."""
+    effects: collections.Counter[uuid.UUID]
+    error_queue: dict[uuid.UUID, str]
+    """id -> the exception type its error-queue copy names ("" when none)."""
+    expired: set[uuid.UUID]
+    discards: set[uuid.UUID]
+    queued: set[uuid.UUID]
+    """Still in the queue or the delayed store."""
+    echoes: collections.Counter[uuid.UUID]
+    receives: list[Receive] = []
+    cuts: list[CutAt] = []
+    left_in_queue: int = 0
+    left_in_delayed: int = 0
 
 
 class Accounts(msgspec.Struct, kw_only=True):
-    """Where every message id sent in one mode ended up (each id counted once, in the first
-    of handled, error queue, expired, discarded, lost that holds it)."""
+    """Where every message id sent in one mode was observed, and what breaks its promises."""
 
     mode: str
     sent: int
@@ -40,146 +110,121 @@ class Accounts(msgspec.Struct, kw_only=True):
     expired: int
     discarded: int
     lost: int
-    duplicate_effects: int
-    """Committed handler effects beyond one per message id."""
+    left_in_queue: int = 0
+    left_in_delayed: int = 0
+    accounted_twice: int
+    """Ids observed in two places (say, handled and in the error queue)."""
     in_both: int
     """Ids with a committed effect that are also in the error queue."""
+    fate_mismatches: int
+    """Ids observed in one place, not the one their fate gives them."""
     wrongly_handled: int
-    """Poison rows and permanent, unrecoverable or discard fates with a committed effect."""
+    """Of those: poison rows and permanent, unrecoverable or discard fates with an effect."""
+    receiver_deaths: int
+    """Error-queue copies charged with ``ReceiverDiedError`` (deaths the crash ledger saw)."""
+    lost_traced: int
+    """``none`` mode: lost ids received on a connection a fault cut just after."""
+    duplicate_effects: int
+    """Committed handler effects beyond one per message id."""
     echoes: int
     ghost_sends: int
     """Echoes beyond one per handled message (sends of failed attempts that stayed sent)."""
     lost_sends: int
     """Handled messages without an echo."""
-    left_in_queue: int = 0
-    left_in_delayed: int = 0
     lost_ids: list[str] = []
-    """Up to ten lost ids, to look them up."""
+    untraced_lost_ids: list[str] = []
+    duplicate_ids: list[str] = []
+    twice_ids: list[str] = []
+    mismatches: list[str] = []
+    """``id: fate -> place`` of the first mismatches."""
 
 
-def account(mode: str, sent: dict[uuid.UUID, str], effects: collections.Counter[uuid.UUID],
-            in_error_queue: set[uuid.UUID], echoes: collections.Counter[uuid.UUID]) -> Accounts:
-    """Classify every sent id (``sent``: id -> fate or poison kind) of ``mode``."""
-    handled = {i for i in effects if i in sent}
-    errors = {i for i in in_error_queue if i in sent}
-    rest = set(sent) - handled - errors
-    expired = {i for i in rest if sent[i] == PoisonKind.EXPIRED}
-    discarded = {i for i in rest - expired if sent[i] == Fate.DISCARD}
-    lost = rest - expired - discarded
-    mine = {i: n for i, n in echoes.items() if i in sent}
+def _listed(ids: set[uuid.UUID]) -> list[str]:
+    return sorted(str(i) for i in ids)[:LISTED]
+
+
+def traced_to_a_cut(receives: list[Receive], cuts: list[CutAt]) -> bool:
+    """Whether one of ``receives`` (of one id) was on a connection a fault cut within
+    :data:`CUT_WINDOW` seconds after it."""
+    for receive in receives:
+        for cut in cuts:
+            if not -CUT_SLACK <= cut.at - receive.at <= CUT_WINDOW:
+                continue
+            if (cut.every_backend or receive.backend in cut.backends
+                    or receive.client_port in cut.ports):
+                return True
+    return False
+
+
+def account(observed: Observed) -> Accounts:
+    """Place every sent id of ``observed.mode`` by what was observed of it."""
+    o = observed
+    sent = set(o.sent)
+    handled = {i for i in o.effects if i in sent}
+    errors = {i for i in o.error_queue if i in sent}
+    expired = o.expired & sent
+    physical = handled | errors | expired
+    discarded = (o.discards & sent) - physical - o.queued
+    places: dict[uuid.UUID, list[Place]] = collections.defaultdict(list)
+    for place, ids in ((Place.HANDLED, handled), (Place.ERROR_QUEUE, errors),
+                       (Place.EXPIRED, expired), (Place.DISCARDED, discarded)):
+        for i in ids:
+            places[i].append(place)
+    lost = sent - set(places) - o.queued
+    twice = {i for i, where in places.items() if len(where) > 1}
+    deaths = {i for i in errors if o.error_queue[i].endswith(RECEIVER_DIED)}
+    mismatched = {i for i, where in places.items() if len(where) == 1
+                  and where[0] is not expected_place(o.mode, o.sent[i]) and i not in deaths}
+    by_id: dict[uuid.UUID, list[Receive]] = collections.defaultdict(list)
+    for receive in o.receives:
+        if receive.message_id in lost:
+            by_id[receive.message_id].append(receive)
+    traced = {i for i in lost if traced_to_a_cut(by_id[i], o.cuts)}
+    duplicates = {i for i in handled if o.effects[i] > 1}
+    mine = {i: n for i, n in o.echoes.items() if i in sent}
     return Accounts(
-        mode=mode, sent=len(sent), handled=len(handled), error_queue=len(errors - handled),
+        mode=o.mode, sent=len(sent), handled=len(handled), error_queue=len(errors),
         expired=len(expired), discarded=len(discarded), lost=len(lost),
-        duplicate_effects=sum(effects[i] - 1 for i in handled),
-        in_both=len(handled & errors),
-        wrongly_handled=sum(1 for i in handled if sent[i] in NEVER_HANDLED),
+        left_in_queue=o.left_in_queue, left_in_delayed=o.left_in_delayed,
+        accounted_twice=len(twice), in_both=len(handled & errors),
+        fate_mismatches=len(mismatched),
+        wrongly_handled=sum(1 for i in mismatched if places[i][0] is Place.HANDLED),
+        receiver_deaths=len(deaths), lost_traced=len(traced),
+        duplicate_effects=sum(o.effects[i] - 1 for i in handled),
         echoes=sum(mine.values()),
         ghost_sends=sum(mine.values()) - sum(1 for i in handled if mine.get(i)),
         lost_sends=sum(1 for i in handled if not mine.get(i)),
-        lost_ids=sorted(str(i) for i in lost)[:10],
+        lost_ids=_listed(lost), untraced_lost_ids=_listed(lost - traced),
+        duplicate_ids=_listed(duplicates), twice_ids=_listed(twice),
+        mismatches=[f"{i}: {o.sent[i]} -> {places[i][0].value}"
+                    for i in sorted(mismatched, key=str)[:LISTED]],
     )
 
 
 def failed_checks(accounts: Accounts) -> list[str]:
     """What ``accounts`` breaks of its mode's promises (empty: all hold).
 
-    Every mode: nothing left in the queue or the delayed store, no effect of a message that
-    must not have one, no duplicate effect (``NONE``: at most once). Every mode but ``NONE``
-    (whose receiver deaths lose the message in hand, by design): nothing lost, no id both
-    handled and in the error queue, no handled message without its send. Atomic, batched and
+    Every mode: nothing left in the queue or the delayed store, every id in exactly one
+    place, each the place its fate gives it, no duplicate effect (``NONE``: at most once;
+    the other modes' business writes commit with the receive or with the outbox record).
+    ``NONE`` may lose only messages it had in hand when a fault cut their connection; every
+    other mode loses nothing and no handled message lacks its send. Atomic, batched and
     outbox: no ghost send either.
     """
     a = accounts
+    placed = a.handled + a.error_queue + a.expired + a.discarded
     checks = {
         "left_in_queue == 0": a.left_in_queue == 0,
         "left_in_delayed == 0": a.left_in_delayed == 0,
-        "wrongly_handled == 0": a.wrongly_handled == 0,
-        "duplicate_effects == 0": a.duplicate_effects == 0 or a.mode == "receive_only",
-        "conservation": a.sent == a.handled + a.error_queue + a.expired + a.discarded + a.lost,
+        "accounted_twice == 0": a.accounted_twice == 0,
+        "fate_mismatches == 0": a.fate_mismatches == 0,
+        "duplicate_effects == 0": a.duplicate_effects == 0,
+        "conservation": a.sent == placed + a.lost + a.left_in_queue + a.left_in_delayed,
     }
-    if a.mode != "none":
-        checks |= {"lost == 0": a.lost == 0, "in_both == 0": a.in_both == 0,
-                   "lost_sends == 0": a.lost_sends == 0}
-    if a.mode in EXACTLY_ONCE_MODES:
+    if a.mode == "none":
+        checks["lost == lost_traced"] = a.lost == a.lost_traced
+    else:
+        checks |= {"lost == 0": a.lost == 0, "lost_sends == 0": a.lost_sends == 0}
+    if a.mode in EXACTLY_ONCE_SENDS:
         checks["ghost_sends == 0"] = a.ghost_sends == 0
     return [name for name, held in checks.items() if not held]
-
-
-def recovery_times(effect_times: Sequence[float], faults: Sequence[float]) -> list[float | None]:
-    """Seconds from each fault until throughput is back to 90% of what it was before.
-
-    Throughput before: effects per second over the :data:`BASELINE_SECONDS` before the fault.
-    Back: the first moment ``t`` (in steps of 0.1 s) from which the next second holds at
-    least 90% of that rate. ``None``: not back before the effects end. ``0.0``: no dip (or
-    nothing flowed before the fault).
-
-    Args:
-        effect_times: Sorted epoch seconds of the committed effects.
-        faults: Epoch seconds of the faults.
-    """
-    def count(start: float, end: float) -> int:
-        return bisect.bisect_left(effect_times, end) - bisect.bisect_left(effect_times, start)
-
-    last = effect_times[-1] if effect_times else 0.0
-    times: list[float | None] = []
-    for at in faults:
-        baseline = count(at - BASELINE_SECONDS, at) / BASELINE_SECONDS
-        wanted = RECOVERY_SHARE * baseline * WINDOW_SECONDS
-        found: float | None = None
-        t = at
-        while t + WINDOW_SECONDS <= last:
-            if count(t, t + WINDOW_SECONDS) >= wanted:
-                found = round(t - at, 1)
-                break
-            t += STEP_SECONDS
-        times.append(0.0 if baseline == 0 else found)
-    return times
-
-
-def summarize_recovery(by_kind: dict[str, list[float | None]]) -> dict[str, object]:
-    """Per fault kind: every recovery time, their median and maximum, and how many never
-    came back before the end of the run."""
-    summary: dict[str, object] = {}
-    for kind, values in by_kind.items():
-        known = [v for v in values if v is not None]
-        summary[kind] = {
-            "each": values,
-            "median": statistics.median(known) if known else None,
-            "max": max(known) if known else None,
-            "not_recovered": len(values) - len(known),
-        }
-    return summary
-
-
-async def read_accounts(connection: asyncpg.Connection, mode: str, queue: QueueAddress,
-                        delayed: QueueAddress) -> tuple[Accounts, list[float]]:
-    """The accounts of ``mode`` from the database, and the sorted times of its effects."""
-    sent = {r["message_id"]: r["kind"] for r in await connection.fetch(
-        "SELECT message_id, kind FROM chaos_sent WHERE mode = $1", mode)}
-    effects: collections.Counter[uuid.UUID] = collections.Counter()
-    times = []
-    for row in await connection.fetch(
-            f"SELECT message_id, extract(epoch FROM at)::float8 AS at FROM {EFFECTS_TABLE} "
-            "WHERE mode = $1 ORDER BY at", mode):
-        effects[row["message_id"]] += 1
-        times.append(row["at"])
-    errors = {_original_id(r["id"], r["headers"]) for r in await connection.fetch(
-        f"SELECT id, headers FROM {QueueAddress.parse(ERROR_QUEUE).qualified}")}
-    echoes: collections.Counter[uuid.UUID] = collections.Counter({
-        uuid.UUID(r["origin"]): r["n"] for r in await connection.fetch(
-            "SELECT convert_from(body, 'UTF8')::json->>'origin' AS origin, count(*) AS n "
-            f"FROM {QueueAddress.parse(SINK).qualified} GROUP BY 1")})
-    accounts = account(mode, sent, effects, errors, echoes)
-    accounts.left_in_queue = await connection.fetchval(f"SELECT count(*) FROM {queue.qualified}")
-    accounts.left_in_delayed = await connection.fetchval(
-        f"SELECT count(*) FROM {delayed.qualified}")
-    return accounts, times
-
-
-def _original_id(row_id: uuid.UUID, raw_headers: str) -> uuid.UUID:
-    """The native id a row of the error queue had (a copy under a fresh id names it)."""
-    try:
-        original = decode_headers(raw_headers).get(Headers.ORIGINAL_NATIVE_ID)
-    except Exception:  # headers that never parsed: the raw row kept its id
-        return row_id
-    return uuid.UUID(original) if original else row_id

@@ -4,6 +4,11 @@ recreates a lost peeker (as ``endpoint-runtime run`` does), and the fault inject
 Every fault injector acts only on what the run started: receivers and the peeker are Ray
 workers of the run's own cluster (killed by PID), the backends are those of the run's own
 database (its own connections spared), the server is the run's own.
+
+Each fault also notes what it cut, so that ``none`` mode's losses can be traced to it
+(:mod:`benchmarks.chaos.checks`): a killed process is first stopped (``SIGSTOP``), the local
+ports of its connections to the server are read, then it is killed; terminated backends are
+noted by pid; a server restart cuts every backend.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from benchmarks.chaos.ledger import (
     connect,
     poison_item,
 )
+from benchmarks.chaos.observer import OBSERVER_APPLICATION
 from benchmarks.chaos.schedule import Fault, FaultKind, PoisonKind
 from benchmarks.chaos.server import ChaosServer
 from benchmarks.common import progress
@@ -36,6 +42,22 @@ from tests.cluster.nodes import LocalCluster
 SEND_BATCH = 500
 STREAM_TICK = 0.1
 SUPERVISE_EVERY = 0.5
+STOP_TIMEOUT = 2.0
+"""Seconds to wait for a ``SIGSTOP``-ed process to show as stopped."""
+
+
+class Cut(msgspec.Struct, frozen=True):
+    """What a fault cut: the connections a message received on may have died with."""
+
+    ports: list[int] = []
+    """Client ports of the killed processes' connections to the server."""
+    backends: list[int] = []
+    """Pids of the terminated backends."""
+    every_backend: bool = False
+    """The server restarted: every connection was cut."""
+    at: float = 0.0
+    """Epoch seconds of the cut (the processes stopped, the terminations or the server's
+    stop asked for); 0: the fault's own time."""
 
 
 class FaultRecord(msgspec.Struct, frozen=True):
@@ -46,6 +68,7 @@ class FaultRecord(msgspec.Struct, frozen=True):
     detail: str
     injected: bool = True
     """False when there was nothing to hit (no receiver running at that moment)."""
+    cut: Cut = Cut()
 
 
 async def send_backlog(sender: LedgeredSender, items: list[Item]) -> None:
@@ -103,59 +126,74 @@ class FaultInjector:
         for fault in schedule:
             await asyncio.sleep(max(0.0, fault.at - (time.monotonic() - started)))
             at = time.time()
-            detail, injected = await actions[fault.kind]()
-            self.records.append(FaultRecord(fault.kind.value, at, detail, injected))
+            detail, injected, cut = await actions[fault.kind]()
+            self.records.append(FaultRecord(fault.kind.value, at, detail, injected, cut))
             progress(f"chaos: {fault.kind.value} at +{fault.at:.1f} s: {detail}")
 
-    async def kill_receiver(self) -> tuple[str, bool]:
+    async def kill_receiver(self) -> tuple[str, bool, Cut]:
         try:
             pids = await asyncio.wait_for(self.deployment.receiver_pids(), 10)
         except Exception as exc:  # the peeker itself may be down (killed, being recreated)
-            return f"no receiver list ({type(exc).__name__})", False
+            return f"no receiver list ({type(exc).__name__})", False, Cut()
         if not pids:
-            return "no receiver running", False
+            return "no receiver running", False, Cut()
         pid = self.rng.choice(sorted(pids))
-        return _kill(pid, "receiver")
+        ports = await asyncio.to_thread(_stop_and_read_ports, [pid], self.server.port)
+        cut_at = time.time()
+        detail, killed = _kill(pid, "receiver")
+        return detail, killed, Cut(ports=ports, at=cut_at)
 
-    async def kill_peeker(self) -> tuple[str, bool]:
-        pids = await asyncio.to_thread(self._peeker_pids)
-        if not pids:
-            return "no peeker process found", False
-        return _kill(pids[0], "peeker")
+    async def kill_peeker(self) -> tuple[str, bool, Cut]:
+        """Kill the peeker and, with it, its receivers: Ray ends the actors a dead actor
+        owns, and killing them here, stopped, notes exactly which connections died."""
+        peekers = await asyncio.to_thread(self._worker_pids, "ray::Peeker")
+        if not peekers:
+            return "no peeker process found", False, Cut()
+        receivers = await asyncio.to_thread(self._worker_pids, "ray::Receiver")
+        ports = await asyncio.to_thread(_stop_and_read_ports, receivers, self.server.port)
+        cut_at = time.time()
+        detail, killed = _kill(peekers[0], "peeker")
+        for pid in receivers:
+            _kill(pid, "receiver")
+        return (f"{detail}, with its {len(receivers)} receivers", killed,
+                Cut(ports=ports, at=cut_at))
 
-    def _peeker_pids(self) -> list[int]:
+    def _worker_pids(self, title: str) -> list[int]:
         found = []
         for process in self.cluster.processes():
             try:
-                if " ".join(process.cmdline()).startswith("ray::Peeker"):
+                if " ".join(process.cmdline()).startswith(title):
                     found.append(process.pid)
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 continue
         return found
 
-    async def terminate_backends(self) -> tuple[str, bool]:
+    async def terminate_backends(self) -> tuple[str, bool, Cut]:
         """Terminate a random half (at least one) of the runtime's backends."""
         connection = await connect(self.dsn)
         try:
             pids = sorted(await connection.fetchval(
                 "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                "AND backend_type = 'client backend' AND application_name <> $1",
-                DRIVER_APPLICATION))
+                "AND backend_type = 'client backend' AND application_name <> ALL($1::text[])",
+                [DRIVER_APPLICATION, OBSERVER_APPLICATION]))
             chosen = self.rng.sample(pids, max(1, len(pids) // 2)) if pids else []
+            cut_at = time.time()
             ended = await connection.fetchval(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) "
-                "FROM unnest($1::int[]) AS chosen(pid)", chosen)
+                "SELECT coalesce(array_agg(pid), '{}') FROM unnest($1::int[]) AS chosen(pid) "
+                "WHERE pg_terminate_backend(pid)", chosen)
         finally:
             await connection.close()
-        return f"{ended} of {len(pids)} runtime backends terminated", bool(ended)
+        return (f"{len(ended)} of {len(pids)} runtime backends terminated", bool(ended),
+                Cut(backends=sorted(ended), at=cut_at))
 
-    async def restart_postgres(self) -> tuple[str, bool]:
-        started = time.monotonic()
+    async def restart_postgres(self) -> tuple[str, bool, Cut]:
+        started, cut_at = time.monotonic(), time.time()
         await asyncio.to_thread(self.server.restart)
-        return f"server stopped (fast) and started in {time.monotonic() - started:.1f} s", True
+        return (f"server stopped (fast) and started in {time.monotonic() - started:.1f} s",
+                True, Cut(every_backend=True, at=cut_at))
 
-    async def poison_burst(self) -> tuple[str, bool]:
+    async def poison_burst(self) -> tuple[str, bool, Cut]:
         ids = [uuid.UUID(int=self.rng.getrandbits(128), version=4)
                for _ in range(self.poison_per_kind * len(PoisonKind))]
         items = [poison_item(message_id, kind)
@@ -164,9 +202,28 @@ class FaultInjector:
         try:
             await self.sender.send(items)
         except TRANSIENT_ERRORS as exc:
-            return f"poison burst not sent: {exc}", False
+            return f"poison burst not sent: {exc}", False, Cut()
         self.poison.extend(ids)
-        return f"{len(items)} poison rows ({self.poison_per_kind} of each kind)", True
+        return f"{len(items)} poison rows ({self.poison_per_kind} of each kind)", True, Cut()
+
+
+def _stop_and_read_ports(pids: list[int], server_port: int) -> list[int]:
+    """Stop each process (``SIGSTOP``: it opens nothing more) and return the local ports of
+    its TCP connections to the server; the caller kills them next."""
+    ports: list[int] = []
+    for pid in pids:
+        try:
+            process = psutil.Process(pid)
+            process.send_signal(signal.SIGSTOP)
+            deadline = time.monotonic() + STOP_TIMEOUT
+            while (process.status() != psutil.STATUS_STOPPED
+                   and time.monotonic() < deadline):
+                time.sleep(0.002)
+            ports.extend(c.laddr.port for c in process.net_connections(kind="tcp")
+                         if c.raddr and c.raddr.port == server_port)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return ports
 
 
 def _kill(pid: int, what: str) -> tuple[str, bool]:

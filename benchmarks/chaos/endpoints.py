@@ -7,6 +7,10 @@ queue, and then fails as the message's fate says (:class:`~benchmarks.chaos.sche
 In ``NONE`` mode, where ``context.connection`` autocommits, it fails first instead: a failed
 attempt there must leave no effect to count, and the error queue has the copy.
 
+A handler about to raise ``DiscardMessage`` first notes the discard on a connection of its own
+(:mod:`benchmarks.chaos.observer`): the raise rolls its transaction back, so the note could
+not live there, and the run counts only discards it saw.
+
 ``attempt`` is the execution's number among the executions of that message id in the
 receiver process (the runtime's failure count is per receiver and is not shown to handlers).
 """
@@ -18,6 +22,7 @@ import uuid
 
 import msgspec
 
+from benchmarks.chaos.observer import observer
 from benchmarks.chaos.schedule import Fate
 from endpoint_runtime import Endpoint, HandlerContext
 from endpoint_runtime.errors import DiscardMessage
@@ -78,6 +83,8 @@ async def work(message: ChaosWork, context: HandlerContext) -> None:
     """Record the effect, send the echo, fail as fated (see the module docstring)."""
     mode = context.endpoint.removeprefix("chaos_")
     attempt = _count_execution(context.message_id)
+    if message.fate == Fate.DISCARD:
+        await observer.record(uuid.UUID(context.message_id), mode, "discard")
     if mode == "none":
         _fail_as_fated(message.fate, attempt)
     await context.connection.execute(

@@ -5,7 +5,11 @@ transaction as the queue rows themselves: a send whose COMMIT is lost to a termi
 or a restarting server either happened with its ledger rows or did not happen at all, so the
 sender looks the batch up after reconnecting and sends it again only when it is not there.
 ``chaos_effects`` (written by the handlers, :mod:`benchmarks.chaos.endpoints`) has one row per
-committed handler execution.
+committed handler execution; ``chaos_observed`` what handlers noted on a connection of their
+own (:mod:`benchmarks.chaos.observer`); ``chaos_expired`` the rows deleted already expired and
+``chaos_received`` (``none`` mode) every committed receive, both written by triggers on the
+queue table in the deleting transaction (:func:`watch_queue`). The statements are in
+``ledger.sql``.
 """
 
 from __future__ import annotations
@@ -14,16 +18,19 @@ import asyncio
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 
 import asyncpg
 import msgspec
 
-from benchmarks.chaos.endpoints import EFFECTS_TABLE, ChaosWork
+from benchmarks.chaos.endpoints import ChaosWork
 from benchmarks.chaos.schedule import Fate, PoisonKind
 from endpoint_runtime.messages import Headers, OutgoingMessage, encode_headers
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport import QueueAddress, sending
+from endpoint_runtime.transport.addresses import quote_identifier
 from endpoint_runtime.transport.connection import QUERY_ERRORS
+from endpoint_runtime.transport.sql import parse_blocks
 
 DRIVER_APPLICATION = "chaos-driver"
 """``application_name`` of the run's own connections: the backend terminations spare them."""
@@ -34,19 +41,9 @@ TRANSIENT_ERRORS = (*QUERY_ERRORS, TimeoutError)
 ``InternalClientError`` among them, when the loss catches the protocol mid-query (it once
 ended a run: the driver left the gather and shut the cluster down)."""
 
-SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS chaos_sent (
-    message_id uuid PRIMARY KEY, mode text NOT NULL, kind text NOT NULL,
-    sent_at timestamptz NOT NULL DEFAULT clock_timestamp());
-CREATE TABLE IF NOT EXISTS {EFFECTS_TABLE} (
-    message_id uuid NOT NULL, attempt int NOT NULL, mode text NOT NULL, pid int NOT NULL,
-    at timestamptz NOT NULL DEFAULT clock_timestamp());
-CREATE INDEX IF NOT EXISTS chaos_effects_by_id ON {EFFECTS_TABLE} (message_id);
-"""
-RECORD = """
-INSERT INTO chaos_sent (message_id, mode, kind)
-SELECT id, $2, kind FROM unnest($1::uuid[], $3::text[]) AS sent(id, kind)
-"""
+SQL = parse_blocks((Path(__file__).parent / "ledger.sql").read_text(encoding="utf-8"))
+"""The ledger's statements, by block name (``ledger.sql``)."""
+SCHEMA = SQL["schema"]
 UNKNOWN_TYPE = "Chaos.Messages.NoSuchType"
 
 
@@ -137,12 +134,11 @@ class LedgeredSender:
                         "- interval '1 minute', $2, $3)",
                         item.message_id, encode_headers(item.outgoing.headers),
                         item.outgoing.body)
-            await connection.execute(RECORD, [i.message_id for i in items], self.mode,
+            await connection.execute(SQL["record_sent"], [i.message_id for i in items], self.mode,
                                      [i.kind for i in items])
 
     async def _recorded(self, connection: asyncpg.Connection, message_id: uuid.UUID) -> bool:
-        return bool(await connection.fetchval(
-            "SELECT count(*) FROM chaos_sent WHERE message_id = $1", message_id))
+        return bool(await connection.fetchval(SQL["is_recorded"], message_id))
 
     async def _connected(self) -> asyncpg.Connection:
         if self._connection is None or self._connection.is_closed():
@@ -158,3 +154,19 @@ class LedgeredSender:
         if self._connection is not None:
             await self._connection.close()
             self._connection = None
+
+
+def sql(block: str, **names: str) -> str:
+    """The statement ``block`` of ``ledger.sql`` with its ``{queue}``/``{trigger}`` names."""
+    return SQL[block].format(**names)
+
+
+async def watch_queue(connection: asyncpg.Connection, address: QueueAddress, *,
+                      receives: bool) -> None:
+    """Put the ledger's triggers on ``address``'s table: expired rows always, every
+    committed receive too when ``receives`` (``none`` mode, where a receive is final)."""
+    blocks = ["watch_expiry", *(["watch_receives"] if receives else [])]
+    for block in blocks:
+        trigger = quote_identifier(f"chaos_{block}")
+        await connection.execute(f"DROP TRIGGER IF EXISTS {trigger} ON {address.qualified}")
+        await connection.execute(sql(block, queue=address.qualified, trigger=trigger))

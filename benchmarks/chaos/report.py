@@ -7,17 +7,27 @@ import asyncio
 import collections
 import contextlib
 import os
-import random
 import time
+import uuid
 from typing import Any
 
 import msgspec
 
-from benchmarks.chaos import checks
+from benchmarks.chaos import checks, recovery
 from benchmarks.chaos.drivers import FaultInjector, send_backlog, send_stream, supervise
 from benchmarks.chaos.endpoints import ERROR_QUEUE, SINK, endpoint_path
-from benchmarks.chaos.ledger import SCHEMA, TRANSIENT_ERRORS, LedgeredSender, connect, work_item
-from benchmarks.chaos.schedule import fates, fault_schedule, message_ids
+from benchmarks.chaos.ledger import (
+    SCHEMA,
+    TRANSIENT_ERRORS,
+    LedgeredSender,
+    connect,
+    watch_queue,
+    work_item,
+)
+from benchmarks.chaos.observations import read_observed
+from benchmarks.chaos.observer import DSN_VARIABLE
+from benchmarks.chaos.plants import Planted, plant
+from benchmarks.chaos.schedule import Purpose, fates, fault_schedule, generator, message_ids
 from benchmarks.chaos.server import ChaosServer
 from benchmarks.common import progress
 from endpoint_runtime import TransportSettings
@@ -48,6 +58,7 @@ async def run_all(args: argparse.Namespace) -> dict[str, Any]:
     workers = [{f"node_{n}": 1000.0} for n in range(1, args.nodes)]
     cluster = LocalCluster(workers=workers, cpus_per_node=2)
     cluster.environment["ENDPOINT_RUNTIME_LOG_LEVEL"] = args.runtime_log_level
+    cluster.environment[DSN_VARIABLE] = with_database(server.dsn, DATABASE)
     try:
         progress(f"chaos: PostgreSQL on port {server.port}; starting {args.nodes} Ray nodes")
         await asyncio.to_thread(cluster.start)
@@ -55,8 +66,7 @@ async def run_all(args: argparse.Namespace) -> dict[str, Any]:
         await asyncio.to_thread(ensure_ray)
         dsn = await _prepare_database(server.dsn)
         run = Run(args=args, cluster=cluster, server=server, dsn=dsn)
-        rng = random.Random(args.seed)
-        modes = {mode: await run_mode(run, mode, rng) for mode in args.modes}
+        modes = {mode: await run_mode(run, mode) for mode in args.modes}
     finally:
         import ray
 
@@ -70,6 +80,7 @@ async def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "chaos", "messages_per_mode": args.messages, "seed": args.seed,
         "nodes": args.nodes, "stream_seconds": args.stream_seconds,
         "kill_interval": args.kill_interval, "modes": modes, "faults": dict(faults),
+        "fate_mismatches": sum(result["fate_mismatches"] for result in modes.values()),
         "ok": all(result["ok"] for result in modes.values()),
     }
 
@@ -88,9 +99,10 @@ async def _prepare_database(server_dsn: str) -> str:
     return dsn
 
 
-async def run_mode(run: Run, mode: str, rng: random.Random) -> dict[str, Any]:
-    """Deploy ``mode``'s endpoint, send the backlog, then the stream with the faults, wait
-    until everything is settled, stop, and account for every message id."""
+async def run_mode(run: Run, mode: str) -> dict[str, Any]:
+    """Deploy ``mode``'s endpoint, send the backlog, then the stream with the faults (and
+    the planted ones), wait until everything is settled, stop, and account for every
+    message id."""
     args = run.args
     progress(f"chaos: {mode}: deploying")
     deployment = await EndpointDeployment.start(
@@ -98,12 +110,21 @@ async def run_mode(run: Run, mode: str, rng: random.Random) -> dict[str, Any]:
         peeker_resources={"head": 1.0})
     address = deployment.config.address
     delayed = QueueAddress(address.table + ".delayed", address.schema)
+    connection = await connect(run.dsn)
+    try:
+        await watch_queue(connection, address, receives=mode == "none")
+    finally:
+        await connection.close()
+    rng = generator(args.seed, mode, Purpose.MESSAGES)
     items = [work_item(i, n, fate) for n, (i, fate) in enumerate(
         zip(message_ids(rng, args.messages), fates(rng, args.messages), strict=True))]
+    schedule = fault_schedule(generator(args.seed, mode, Purpose.SCHEDULE),
+                              args.stream_seconds, kill_interval=args.kill_interval)
     backlog = int(len(items) * args.backlog_share)
     sender = LedgeredSender(run.dsn, mode, address)
     injector = FaultInjector(
-        rng=rng, cluster=run.cluster, server=run.server, dsn=run.dsn, deployment=deployment,
+        rng=generator(args.seed, mode, Purpose.INJECTOR), cluster=run.cluster,
+        server=run.server, dsn=run.dsn, deployment=deployment,
         sender=LedgeredSender(run.dsn, mode, address), poison_per_kind=args.poison_per_kind)
     await send_backlog(sender, items[:backlog])
     progress(f"chaos: {mode}: {backlog} messages of backlog sent; stream of "
@@ -113,12 +134,14 @@ async def run_mode(run: Run, mode: str, rng: random.Random) -> dict[str, Any]:
     stop = asyncio.Event()
     supervisor = asyncio.create_task(
         supervise(deployment, stop, lambda n: in_flight.__setitem__(0, n)))
+    plants: dict[str, asyncio.Task[list[uuid.UUID]]] = {}
     try:
         # A task group: if the stream fails, the injector stops too (no fault outlives it).
         async with asyncio.TaskGroup() as group:
             group.create_task(send_stream(sender, items[backlog:], args.stream_seconds))
-            group.create_task(injector.run(fault_schedule(rng, args.stream_seconds,
-                                                          kill_interval=args.kill_interval)))
+            group.create_task(injector.run(schedule))
+            if mode in args.plant_modes:
+                plants = _plant(group, run.dsn, mode, address, args)
         progress(f"chaos: {mode}: stream sent; waiting until nothing is queued, delayed or "
                  "in flight")
         settled = await _settle(run.dsn, address, delayed, in_flight, supervisor,
@@ -134,11 +157,29 @@ async def run_mode(run: Run, mode: str, rng: random.Random) -> dict[str, Any]:
     await injector.sender.close()
     connection = await connect(run.dsn)
     try:
-        accounts, times = await checks.read_accounts(connection, mode, address, delayed)
+        observed, times = await read_observed(connection, mode, address, delayed,
+                                              injector.records)
     finally:
         await connection.close()
-    return _mode_result(accounts, times, injector, started, settled, deployment.restarts,
-                        final.replaced_receivers)
+    planted = Planted(**{kind: sorted(map(str, task.result())) for kind, task in plants.items()})
+    return _mode_result(checks.account(observed), times, injector, started, settled,
+                        deployment.restarts, final.replaced_receivers, planted)
+
+
+def _plant(group: asyncio.TaskGroup, dsn: str, mode: str, address: QueueAddress,
+           args: argparse.Namespace) -> dict[str, asyncio.Task[list[uuid.UUID]]]:
+    """The planted faults of ``mode``: the loss when the stream starts (the backlog still
+    queued), the duplicates halfway through it (handled messages to pick from)."""
+    tasks = {}
+    if args.plant_loss:
+        tasks["loss"] = group.create_task(plant(
+            dsn, mode, address, block="plant_loss", count=args.plant_loss, after=0.0,
+            until=args.stream_seconds))
+    if args.plant_duplicate:
+        tasks["duplicate"] = group.create_task(plant(
+            dsn, mode, address, block="plant_duplicate", count=args.plant_duplicate,
+            after=args.stream_seconds / 2, until=args.stream_seconds))
+    return tasks
 
 
 async def _settle(dsn: str, queue: QueueAddress, delayed: QueueAddress, in_flight: list[int],
@@ -166,18 +207,19 @@ async def _settle(dsn: str, queue: QueueAddress, delayed: QueueAddress, in_fligh
 
 
 def _mode_result(accounts: checks.Accounts, times: list[float], injector: FaultInjector,
-                 started: float, settled: bool, restarts: int,
-                 replaced: int) -> dict[str, Any]:
+                 started: float, settled: bool, restarts: int, replaced: int,
+                 planted: Planted) -> dict[str, Any]:
     by_kind: dict[str, list[float]] = collections.defaultdict(list)
     for record in injector.records:
         if record.injected:
             by_kind[record.kind].append(record.at)
-    recovery = {kind: checks.recovery_times(times, at) for kind, at in by_kind.items()}
+    recovered = {kind: recovery.recovery_times(times, at) for kind, at in by_kind.items()}
     failed = checks.failed_checks(accounts) + ([] if settled else ["settled"])
     span = (times[-1] - times[0]) if len(times) > 1 else 0.0
     result = {
         **msgspec.to_builtins(accounts),
-        "recovery_s": checks.summarize_recovery(recovery),
+        "recovery_s": recovery.summarize_recovery(recovered),
+        "planted": msgspec.to_builtins(planted),
         "faults": {kind: len(at) for kind, at in by_kind.items()},
         "faults_not_injected": [msgspec.to_builtins(r) for r in injector.records
                                 if not r.injected],
@@ -188,7 +230,8 @@ def _mode_result(accounts: checks.Accounts, times: list[float], injector: FaultI
     }
     progress(f"chaos: {accounts.mode}: sent {accounts.sent} handled {accounts.handled} "
              f"error_queue {accounts.error_queue} expired {accounts.expired} discarded "
-             f"{accounts.discarded} lost {accounts.lost} duplicates "
-             f"{accounts.duplicate_effects} ghosts {accounts.ghost_sends}; "
+             f"{accounts.discarded} lost {accounts.lost} (traced {accounts.lost_traced}) "
+             f"duplicates {accounts.duplicate_effects} ghosts {accounts.ghost_sends} "
+             f"fate_mismatches {accounts.fate_mismatches}; "
              f"{'ok' if not failed else 'FAILED: ' + ', '.join(failed)}")
     return result

@@ -1,7 +1,11 @@
 """What happens when: the fates of the messages and the faults of a run, from one seed.
 
 Pure logic (no database, no Ray): the same seed gives the same fates and the same fault
-schedule, so a failed run can be replayed with ``--seed``.
+schedule, so a failed run can be replayed with ``--seed``. Each mode draws from generators of
+its own, derived from the seed and the mode's name (:func:`generator`): ``--seed 7 --modes
+atomic`` replays atomic's messages, fates and fault schedule of ``--seed 7`` with every mode.
+The fault injector's choices during the run (which receiver, which backends) come from yet
+another generator, so they never shift the others' draws.
 """
 
 from __future__ import annotations
@@ -58,6 +62,23 @@ class Fault(msgspec.Struct, frozen=True):
     at: float
     """Seconds after the start of the send stream."""
     kind: FaultKind
+
+
+class Purpose(enum.StrEnum):
+    """What a generator of :func:`generator` is for (each draws from its own)."""
+
+    MESSAGES = "messages"
+    """The message ids and their fates."""
+    SCHEDULE = "schedule"
+    """When each fault happens."""
+    INJECTOR = "injector"
+    """The injector's picks at run time (a receiver to kill, backends, poison ids)."""
+
+
+def generator(seed: int, mode: str, purpose: Purpose) -> random.Random:
+    """The generator of ``mode``'s ``purpose`` under ``seed``: the same for the same three,
+    whichever other modes run (a string seed is hashed with SHA-512, stable across runs)."""
+    return random.Random(f"chaos:{seed}:{mode}:{purpose.value}")
 
 
 def message_ids(rng: random.Random, count: int) -> list[uuid.UUID]:

@@ -1,22 +1,65 @@
 """The chaos run's bookkeeping, without a database: fates and faults from a seed, the
-classification of every message id, the checks per mode, recovery times."""
+placing of every message id by what was observed of it, the checks per mode (each planted
+in a synthetic ledger, to show it can fail), recovery times."""
 
 from __future__ import annotations
 
+import argparse
 import collections
 import random
 import uuid
 
 import pytest
 
-from benchmarks.chaos.checks import account, failed_checks, recovery_times
-from benchmarks.chaos.schedule import Fate, FaultKind, PoisonKind, fates, fault_schedule
+from benchmarks.chaos.__main__ import parse
+from benchmarks.chaos.checks import (
+    CUT_WINDOW,
+    CutAt,
+    Observed,
+    Place,
+    Receive,
+    account,
+    expected_place,
+    failed_checks,
+)
+from benchmarks.chaos.recovery import recovery_times
+from benchmarks.chaos.schedule import (
+    Fate,
+    FaultKind,
+    PoisonKind,
+    Purpose,
+    fates,
+    fault_schedule,
+    generator,
+    message_ids,
+)
+
+MODES = ("none", "receive_only", "atomic", "batched", "outbox")
 
 
 def test_the_same_seed_gives_the_same_fates_and_faults() -> None:
     first, second = random.Random(3), random.Random(3)
     assert fates(first, 500) == fates(second, 500)
     assert fault_schedule(first, 60.0) == fault_schedule(second, 60.0)
+
+
+def test_each_mode_replays_alone_what_it_drew_beside_the_others() -> None:
+    def draws(seed: int, mode: str) -> tuple[object, ...]:
+        messages = generator(seed, mode, Purpose.MESSAGES)
+        ids = message_ids(messages, 50)
+        return (ids, fates(messages, 50),
+                fault_schedule(generator(seed, mode, Purpose.SCHEDULE), 30.0))
+
+    # Whatever ran before (here: the injector drew a thousand picks), atomic draws the same.
+    injector = generator(7, "none", Purpose.INJECTOR)
+    for _ in range(1000):
+        injector.random()
+    assert draws(7, "atomic") == draws(7, "atomic")
+    assert draws(7, "atomic") != draws(7, "batched")
+    assert draws(7, "atomic") != draws(8, "atomic")
+    # The injector's own generator is not the schedule's: its picks never shift the faults.
+    assert (generator(7, "atomic", Purpose.INJECTOR).random()
+            != generator(7, "atomic", Purpose.SCHEDULE).random())
 
 
 def test_about_one_message_in_ten_fails_and_every_fault_kind_is_scheduled() -> None:
@@ -33,65 +76,218 @@ def test_about_one_message_in_ten_fails_and_every_fault_kind_is_scheduled() -> N
     assert all(0 <= f.at <= 40.0 for f in schedule)
 
 
+def test_where_each_fate_must_end_per_mode() -> None:
+    for mode in MODES:
+        assert expected_place(mode, Fate.OK) is Place.HANDLED
+        assert expected_place(mode, Fate.PERMANENT) is Place.ERROR_QUEUE
+        assert expected_place(mode, Fate.UNRECOVERABLE) is Place.ERROR_QUEUE
+        assert expected_place(mode, Fate.DISCARD) is Place.DISCARDED
+        assert expected_place(mode, PoisonKind.EXPIRED) is Place.EXPIRED
+        assert expected_place(mode, PoisonKind.UNKNOWN_TYPE) is Place.ERROR_QUEUE
+        assert expected_place(mode, Fate.TRANSIENT) is (
+            Place.ERROR_QUEUE if mode == "none" else Place.HANDLED)
+
+
 def _ids(count: int) -> list[uuid.UUID]:
     return [uuid.uuid4() for _ in range(count)]
 
 
-def test_every_id_lands_in_exactly_one_account() -> None:
-    ok, permanent, discard, expired, corrupt, gone = _ids(6)
-    sent = {ok: Fate.OK.value, permanent: Fate.PERMANENT.value, discard: Fate.DISCARD.value,
-            expired: PoisonKind.EXPIRED.value, corrupt: PoisonKind.CORRUPT_HEADERS.value,
-            gone: Fate.OK.value}
-    effects = collections.Counter({ok: 1, uuid.uuid4(): 1})  # another mode's effect ignored
-    echoes = collections.Counter({ok: 1, permanent: 7})  # receive-only's ghosts
-    accounts = account("receive_only", sent, effects, {permanent, corrupt}, echoes)
-    assert (accounts.sent, accounts.handled, accounts.error_queue, accounts.expired,
-            accounts.discarded, accounts.lost) == (6, 1, 2, 1, 1, 1)
+class Ledger:
+    """A synthetic ledger in which every message ends where its fate says (a clean run)."""
+
+    def __init__(self, mode: str, per_fate: int = 3) -> None:
+        self.mode = mode
+        self.sent: dict[uuid.UUID, str] = {}
+        self.effects: collections.Counter[uuid.UUID] = collections.Counter()
+        self.error_queue: dict[uuid.UUID, str] = {}
+        self.expired: set[uuid.UUID] = set()
+        self.discards: set[uuid.UUID] = set()
+        self.echoes: collections.Counter[uuid.UUID] = collections.Counter()
+        for kind in [*Fate, *PoisonKind]:
+            for message_id in _ids(per_fate):
+                self.sent[message_id] = kind.value
+                self.place(message_id, expected_place(mode, kind))
+
+    def place(self, message_id: uuid.UUID, place: Place) -> None:
+        if place is Place.HANDLED:
+            self.effects[message_id] += 1
+            self.echoes[message_id] += 1
+        elif place is Place.ERROR_QUEUE:
+            self.error_queue[message_id] = "benchmarks.chaos.endpoints.ChaosPermanentError"
+        elif place is Place.EXPIRED:
+            self.expired.add(message_id)
+        else:
+            self.discards.add(message_id)
+
+    def of(self, kind: Fate | PoisonKind) -> uuid.UUID:
+        return next(i for i, k in self.sent.items() if k == kind)
+
+    def observed(self, **changes: object) -> Observed:
+        fields: dict[str, object] = {
+            "mode": self.mode, "sent": self.sent, "effects": self.effects,
+            "error_queue": self.error_queue, "expired": self.expired,
+            "discards": self.discards, "queued": set(), "echoes": self.echoes}
+        return Observed(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_clean_ledger_passes_every_check(mode: str) -> None:
+    accounts = account(Ledger(mode).observed())
+    assert failed_checks(accounts) == []
+    assert accounts.sent == 3 * (len(Fate) + len(PoisonKind))
+    assert accounts.fate_mismatches == accounts.lost == accounts.accounted_twice == 0
+    assert accounts.discarded == 3
+    assert accounts.expired == 3
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_message_that_vanished_is_lost_and_named(mode: str) -> None:
+    ledger = Ledger(mode)
+    gone = ledger.of(Fate.OK)
+    del ledger.effects[gone]
+    accounts = account(ledger.observed())
+    assert accounts.lost == 1
     assert accounts.lost_ids == [str(gone)]
-    assert accounts.ghost_sends == 7
-    assert failed_checks(accounts) == ["lost == 0"]
+    expected = "lost == lost_traced" if mode == "none" else "lost == 0"
+    assert expected in failed_checks(accounts)
+    assert "conservation" not in failed_checks(accounts)  # counted, not inferred
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_discard_fate_no_handler_was_seen_discarding_is_lost_not_discarded(mode: str) -> None:
+    ledger = Ledger(mode)
+    untouched = ledger.of(Fate.DISCARD)
+    ledger.discards.discard(untouched)
+    accounts = account(ledger.observed())
+    assert accounts.discarded == 2
+    assert accounts.lost_ids == [str(untouched)]
+    assert failed_checks(accounts)
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("fate", [Fate.OK, Fate.TRANSIENT])
+def test_a_message_that_should_succeed_in_the_error_queue_is_a_fate_mismatch(
+        mode: str, fate: Fate) -> None:
+    ledger = Ledger(mode)
+    wrong = ledger.of(fate)
+    if mode == "none" and fate is Fate.TRANSIENT:
+        wrong = ledger.of(Fate.PERMANENT)  # none mode: transient fates belong there
+        ledger.error_queue.pop(wrong)
+        ledger.place(wrong, Place.HANDLED)
+    else:
+        ledger.effects.pop(wrong)
+        ledger.echoes.pop(wrong)
+        ledger.place(wrong, Place.ERROR_QUEUE)
+    accounts = account(ledger.observed())
+    assert accounts.fate_mismatches == 1
+    assert accounts.mismatches[0].startswith(str(wrong))
+    assert "fate_mismatches == 0" in failed_checks(accounts)
+
+
+def test_a_receiver_death_in_the_error_queue_matches_any_fate() -> None:
+    ledger = Ledger("atomic")
+    doomed = ledger.of(Fate.OK)
+    ledger.effects.pop(doomed)
+    ledger.echoes.pop(doomed)
+    ledger.error_queue[doomed] = "endpoint_runtime.actors.crash_ledger.ReceiverDiedError"
+    accounts = account(ledger.observed())
+    assert accounts.receiver_deaths == 1
+    assert failed_checks(accounts) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_an_id_in_two_places_fails_even_with_every_count_plausible(mode: str) -> None:
+    ledger = Ledger(mode)
+    both = ledger.of(Fate.OK)
+    ledger.error_queue[both] = "benchmarks.chaos.endpoints.ChaosPermanentError"
+    accounts = account(ledger.observed())
+    assert accounts.accounted_twice == accounts.in_both == 1
+    assert accounts.twice_ids == [str(both)]
+    assert {"accounted_twice == 0", "conservation"} <= set(failed_checks(accounts))
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_second_effect_fails_every_mode_and_is_named(mode: str) -> None:
+    ledger = Ledger(mode)
+    twice = ledger.of(Fate.OK)
+    ledger.effects[twice] += 1
+    accounts = account(ledger.observed())
+    assert accounts.duplicate_effects == 1
+    assert accounts.duplicate_ids == [str(twice)]
+    assert failed_checks(accounts) == ["duplicate_effects == 0"]
 
 
 @pytest.mark.parametrize("mode", ["atomic", "batched", "outbox"])
-def test_exactly_once_modes_fail_on_a_duplicate_effect_or_a_ghost_send(mode: str) -> None:
-    first, second = _ids(2)
-    sent = {first: Fate.OK.value, second: Fate.TRANSIENT.value}
-    clean = account(mode, sent, collections.Counter({first: 1, second: 1}), set(),
-                    collections.Counter({first: 1, second: 1}))
-    assert failed_checks(clean) == []
-    twice = account(mode, sent, collections.Counter({first: 2, second: 1}), set(),
-                    collections.Counter({first: 1, second: 2}))
-    assert twice.duplicate_effects == 1
-    assert twice.ghost_sends == 1
-    assert failed_checks(twice) == ["duplicate_effects == 0", "ghost_sends == 0"]
+def test_exactly_once_modes_fail_on_a_ghost_send(mode: str) -> None:
+    ledger = Ledger(mode)
+    ledger.echoes[ledger.of(Fate.PERMANENT)] += 1
+    accounts = account(ledger.observed())
+    assert accounts.ghost_sends == 1
+    assert failed_checks(accounts) == ["ghost_sends == 0"]
 
 
-def test_none_mode_counts_losses_but_not_a_second_effect() -> None:
-    kept, lost = _ids(2)
-    sent = {kept: Fate.OK.value, lost: Fate.OK.value}
-    accounts = account("none", sent, collections.Counter({kept: 1}), set(),
-                       collections.Counter({kept: 1}))
-    assert accounts.lost == 1
-    assert failed_checks(accounts) == []
-    twice = account("none", sent, collections.Counter({kept: 2}), set(),
-                    collections.Counter({kept: 2}))
-    assert failed_checks(twice) == ["duplicate_effects == 0"]
+def test_receive_only_keeps_ghost_sends_but_not_a_handled_message_without_its_send() -> None:
+    ledger = Ledger("receive_only")
+    ledger.echoes[ledger.of(Fate.PERMANENT)] += 7
+    assert failed_checks(account(ledger.observed())) == []
+    ledger.echoes.pop(ledger.of(Fate.OK))
+    assert failed_checks(account(ledger.observed())) == ["lost_sends == 0"]
 
 
-def test_a_poison_row_or_a_permanent_failure_with_an_effect_fails_every_mode() -> None:
-    poison, permanent = _ids(2)
-    sent = {poison: PoisonKind.UNKNOWN_TYPE.value, permanent: Fate.PERMANENT.value}
-    accounts = account("none", sent, collections.Counter({poison: 1, permanent: 1}), set(),
-                       collections.Counter({poison: 1, permanent: 1}))
-    assert accounts.wrongly_handled == 2
-    assert "wrongly_handled == 0" in failed_checks(accounts)
+def test_a_poison_row_with_an_effect_is_wrongly_handled() -> None:
+    ledger = Ledger("none")
+    poison = ledger.of(PoisonKind.UNKNOWN_TYPE)
+    ledger.error_queue.pop(poison)
+    ledger.place(poison, Place.HANDLED)
+    accounts = account(ledger.observed())
+    assert accounts.wrongly_handled == accounts.fate_mismatches == 1
+
+
+def test_none_mode_may_lose_only_what_a_fault_cut_in_hand() -> None:
+    ledger = Ledger("none")
+    killed, terminated, restarted = [i for i, k in ledger.sent.items() if k == Fate.OK]
+    untraced, too_early = _ids(2)  # sent, never handled
+    for message_id in (untraced, too_early):
+        ledger.sent[message_id] = Fate.OK.value
+    for message_id in (killed, terminated, restarted):
+        del ledger.effects[message_id]
+    receives = [Receive(killed, backend=11, client_port=40001, at=100.0),
+                Receive(terminated, backend=12, client_port=40002, at=200.0),
+                Receive(restarted, backend=13, client_port=40003, at=300.0),
+                Receive(untraced, backend=14, client_port=40004, at=100.0),
+                Receive(too_early, backend=11, client_port=40001, at=100.0 - CUT_WINDOW - 1)]
+    cuts = [CutAt(at=100.2, ports=frozenset({40001})),
+            CutAt(at=200.5, backends=frozenset({12})),
+            CutAt(at=301.0, every_backend=True)]
+    accounts = account(ledger.observed(receives=receives, cuts=cuts))
+    assert accounts.lost == 5
+    assert accounts.lost_traced == 3
+    assert sorted(accounts.untraced_lost_ids) == sorted(map(str, (untraced, too_early)))
+    assert failed_checks(accounts) == ["lost == lost_traced"]
+    receives = receives[:3]
+    ledger.sent.pop(untraced)
+    ledger.sent.pop(too_early)
+    assert failed_checks(account(ledger.observed(receives=receives, cuts=cuts))) == []
 
 
 def test_leftovers_fail_the_checks() -> None:
-    accounts = account("atomic", {}, collections.Counter(), set(), collections.Counter())
-    accounts.left_in_queue = 1
-    accounts.left_in_delayed = 2
-    assert failed_checks(accounts) == ["left_in_queue == 0", "left_in_delayed == 0"]
+    ledger = Ledger("atomic")
+    still = ledger.of(Fate.OK)
+    del ledger.effects[still]
+    del ledger.echoes[still]
+    accounts = account(ledger.observed(queued={still}, left_in_queue=1, left_in_delayed=2))
+    assert accounts.lost == 0
+    assert failed_checks(accounts) == ["left_in_queue == 0", "left_in_delayed == 0",
+                                       "conservation"]
+
+
+def test_planting_options() -> None:
+    args: argparse.Namespace = parse(["--messages", "10", "--plant-loss", "3"])
+    assert args.plant_modes == list(MODES)
+    args = parse(["--messages", "10", "--plant-duplicate", "3", "--modes", "atomic", "none",
+                  "--plant-modes", "none"])
+    assert (args.plant_loss, args.plant_duplicate, args.plant_modes) == (0, 3, ["none"])
+    assert parse(["--messages", "10"]).plant_modes == []
 
 
 def test_recovery_is_the_time_until_throughput_is_back_to_ninety_percent() -> None:

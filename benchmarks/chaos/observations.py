@@ -1,0 +1,64 @@
+"""What the ledger observed of one mode's run, read from the run's database at its end
+(the input of :func:`benchmarks.chaos.checks.account`)."""
+
+from __future__ import annotations
+
+import collections
+import uuid
+
+import asyncpg
+
+from benchmarks.chaos.checks import CutAt, Observed, Receive
+from benchmarks.chaos.drivers import FaultRecord
+from benchmarks.chaos.endpoints import ERROR_QUEUE, SINK
+from benchmarks.chaos.ledger import sql
+from endpoint_runtime.messages import ErrorHeaders, Headers, decode_headers
+from endpoint_runtime.transport import QueueAddress
+
+
+async def read_observed(connection: asyncpg.Connection, mode: str, queue: QueueAddress,
+                        delayed: QueueAddress,
+                        faults: list[FaultRecord]) -> tuple[Observed, list[float]]:
+    """``mode``'s observations, and the sorted epoch times of its committed effects."""
+    sent = {r["message_id"]: r["kind"] for r in await connection.fetch(sql("sent"), mode)}
+    effects: collections.Counter[uuid.UUID] = collections.Counter()
+    times = []
+    for row in await connection.fetch(sql("effects"), mode):
+        effects[row["message_id"]] += 1
+        times.append(row["at"])
+    error_queue = dict(_error_copy(r["id"], r["headers"]) for r in await connection.fetch(
+        sql("error_rows", queue=QueueAddress.parse(ERROR_QUEUE).qualified)))
+    echoes: collections.Counter[uuid.UUID] = collections.Counter({
+        uuid.UUID(r["origin"]): r["n"] for r in await connection.fetch(
+            sql("echoes", queue=QueueAddress.parse(SINK).qualified))})
+    queued: set[uuid.UUID] = set()
+    counts = []
+    for address in (queue, delayed):
+        ids = [r["id"] for r in await connection.fetch(
+            sql("queued_ids", queue=address.qualified))]
+        queued.update(ids)
+        counts.append(len(ids))
+    receives = [Receive(r["message_id"], r["backend"], r["client_port"], r["at"])
+                for r in await connection.fetch(sql("received"), queue.table)]
+    cuts = [CutAt(at=f.cut.at or f.at, ports=frozenset(f.cut.ports),
+                  backends=frozenset(f.cut.backends), every_backend=f.cut.every_backend)
+            for f in faults if f.injected]
+    observed = Observed(
+        mode=mode, sent=sent, effects=effects, error_queue=error_queue,
+        expired={r["message_id"] for r in await connection.fetch(sql("expired"), queue.table)},
+        discards={r["message_id"] for r in await connection.fetch(sql("discards"), mode)},
+        queued=queued, echoes=echoes, receives=receives, cuts=cuts,
+        left_in_queue=counts[0], left_in_delayed=counts[1])
+    return observed, times
+
+
+def _error_copy(row_id: uuid.UUID, raw_headers: str) -> tuple[uuid.UUID, str]:
+    """The native id a row of the error queue had (a copy under a fresh id names it) and the
+    exception type it was charged with ("" for a raw row whose headers never parsed)."""
+    try:
+        headers = decode_headers(raw_headers)
+    except Exception:  # headers that never parsed: the raw row kept its id
+        return row_id, ""
+    original = headers.get(Headers.ORIGINAL_NATIVE_ID)
+    return (uuid.UUID(original) if original else row_id,
+            headers.get(ErrorHeaders.EXCEPTION_TYPE, ""))
