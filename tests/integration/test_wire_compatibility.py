@@ -9,12 +9,13 @@ import pytest
 
 from endpoint_runtime import ConfigurationError, Endpoint, HandlerContext, Sender, TransportSettings
 from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import Headers, MessageIntent, TransportMessage
+from endpoint_runtime.messages import Headers, MessageIntent
 from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import SubscriptionStore, topics_of
 from endpoint_runtime.transport import QueueAddress
+from tests.support.draining import drain, received_all
 from tests.support.kinds_endpoints import (
     Announced,
     Answer,
@@ -23,25 +24,6 @@ from tests.support.kinds_endpoints import (
     PlaceOrder,
     correlators,
 )
-
-
-async def drain(transport: PostgresTransport, endpoint: Endpoint) -> None:
-    """Receive until the endpoint's queue is empty, on one slot of its mode's strategy."""
-    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
-                                        endpoint.settings)
-    async with transport.pool.acquire() as connection:
-        slot = strategy.open_slot(connection)
-        while (await slot.round()).taken:
-            pass
-        await slot.close()
-
-
-async def received_all(transport: PostgresTransport, queue: str) -> list[TransportMessage]:
-    messages = []
-    while (message := await transport.receive(queue)) is not None:
-        assert isinstance(message, TransportMessage)
-        messages.append(message)
-    return messages
 
 
 async def install(transport: PostgresTransport, endpoint: Endpoint, *queues: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 from endpoint_runtime.context import HandlerContext
 from endpoint_runtime.messages import Headers, OutgoingMessage, TransportMessage
 from endpoint_runtime.transport.addresses import QueueAddress
+from tests.support.recording import RecordingDispatcher
 
 
 class Ping(msgspec.Struct):
@@ -55,17 +56,6 @@ def test_a_failed_send_can_be_repeated_and_a_sent_one_is_not_repeated() -> None:
     assert dispatcher.sent == [(QueueAddress("billing"), "m-1"), (QueueAddress("audit"), "m-1")]
 
 
-class Recorder:
-    can_defer = False
-
-    def __init__(self) -> None:
-        self.sent: list[OutgoingMessage] = []
-
-    async def dispatch(self, address: QueueAddress, message: OutgoingMessage, *,
-                       immediate: bool, due: datetime | None = None) -> None:
-        self.sent.append(message)
-
-
 def incoming(headers: dict[str, str]) -> TransportMessage:
     return TransportMessage(native_id=uuid.uuid4(), seq=1, headers=headers, raw_headers="{}",
                             body=b"{}")
@@ -85,7 +75,7 @@ def test_every_outgoing_message_of_a_handler_carries_the_incoming_correlation_id
 ) -> None:
     """NServiceBus's rule: the incoming CorrelationId, else the incoming message id; never
     the outgoing message's own id."""
-    recorder = Recorder()
+    recorder = RecordingDispatcher()
     subject = HandlerContext(
         message=incoming({**headers, Headers.REPLY_TO_ADDRESS: "client"}), endpoint="sales",
         local_address=QueueAddress("sales"), dispatcher=recorder, connection=None)

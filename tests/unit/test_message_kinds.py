@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import datetime
 
 import msgspec
 import pytest
@@ -24,11 +23,12 @@ from endpoint_runtime.message_kinds import (
     kind_of,
     subscribable,
 )
-from endpoint_runtime.messages import Headers, MessageIntent, OutgoingMessage, TransportMessage
+from endpoint_runtime.messages import Headers, MessageIntent, TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import topics_of
 from endpoint_runtime.transport.addresses import QueueAddress
+from tests.support.recording import RecordingDispatcher
 
 
 class PlaceOrder(msgspec.Struct, Command):
@@ -112,19 +112,8 @@ def test_an_endpoint_subscribes_to_all_but_commands_and_prunes_the_commands() ->
     assert commands(handled) == [PlaceOrder, RushOrder]
 
 
-class Recorder:
-    can_defer = False
-
-    def __init__(self) -> None:
-        self.sent: list[OutgoingMessage] = []
-
-    async def dispatch(self, address: QueueAddress, message: OutgoingMessage, *,
-                       immediate: bool, due: datetime | None = None) -> None:
-        self.sent.append(message)
-
-
 def test_a_handler_publishing_a_command_fails_before_anything_is_dispatched() -> None:
-    recorder = Recorder()
+    recorder = RecordingDispatcher()
     incoming = TransportMessage(native_id=uuid.uuid4(), seq=1, headers={}, raw_headers="{}",
                                 body=b"{}")
     # A subscription store that is never reached: the refusal comes first.

@@ -1,0 +1,28 @@
+"""Driving an endpoint without Ray: its mode's receive strategy on one slot, and reading what
+it sent (for integration tests that check messages in and rows out)."""
+
+from __future__ import annotations
+
+from endpoint_runtime import Endpoint
+from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.messages import TransportMessage
+
+
+async def drain(transport: PostgresTransport, endpoint: Endpoint) -> None:
+    """Receive until the endpoint's queue is empty, on one slot of its mode's strategy."""
+    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
+                                        endpoint.settings)
+    async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
+        while (await slot.round()).taken:
+            pass
+        await slot.close()
+
+
+async def received_all(transport: PostgresTransport, queue: str) -> list[TransportMessage]:
+    """Receive every message of ``queue`` (in seq order); a poison row fails the test."""
+    messages = []
+    while (message := await transport.receive(queue)) is not None:
+        assert isinstance(message, TransportMessage)
+        messages.append(message)
+    return messages
