@@ -27,6 +27,7 @@ from endpoint_runtime.cli.common import EXIT_OK, positive_float, printable
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.settings import TransportSettings
+from endpoint_runtime.subscriptions import dangling_subscriptions, subscription_store
 from endpoint_runtime.transport import QueueAddress
 
 AUDIT_QUEUE = "audit"
@@ -126,6 +127,7 @@ async def status_command(args: argparse.Namespace, settings: TransportSettings) 
     async with PostgresTransport.connect(settings) as transport:
         while True:
             text = render(await collect(transport, args.window, args.error_queue))
+            text += await subscriptions_pointing_nowhere(transport)
             if args.watch and sys.stdout.isatty():
                 text = CLEAR_SCREEN + text
             print(text, end="", flush=True)
@@ -134,3 +136,25 @@ async def status_command(args: argparse.Namespace, settings: TransportSettings) 
             await asyncio.sleep(args.interval)
             if not sys.stdout.isatty():
                 print()
+
+
+async def subscriptions_pointing_nowhere(transport: PostgresTransport) -> str:
+    """Lines for the subscriptions whose queue table does not exist (or whose address does
+    not parse): their events wait in the error queue (``subscriptions prune`` removes them).
+    Empty when there are none."""
+    settings = transport.settings
+    try:
+        found = await dangling_subscriptions(transport.pool, subscription_store(settings),
+                                             settings.schema)
+    except asyncpg.InsufficientPrivilegeError:
+        return "\nsubscriptions: this role may not read the subscription table\n"
+    if not found:
+        return ""
+    lines = [f"\nsubscriptions that point nowhere ({len(found)}; "
+             "endpoint-runtime subscriptions prune removes them):"]
+    for dangling in found:
+        subscription = dangling.subscription
+        lines.append(f"  {printable(subscription.endpoint, keep='')} -> "
+                     f"{printable(subscription.queue_address, keep='')} "
+                     f"({printable(subscription.topic, keep='')})")
+    return "\n".join(lines) + "\n"
