@@ -12,7 +12,8 @@ from endpoint_runtime import Sender
 from endpoint_runtime.connecting import PostgresTransport
 from tests.e2e.conftest import Deployer, wait_for
 from tests.integration.test_publish_subscribe import prepare
-from tests.support import pubsub_endpoints
+from tests.support import commit_failing_endpoints, pubsub_endpoints
+from tests.support.commit_failing_endpoints import AddLine
 from tests.support.pubsub_endpoints import PlaceOrder
 
 pytestmark = pytest.mark.ray
@@ -21,8 +22,8 @@ MODULE = "tests.support.pubsub_endpoints"
 ENDPOINT = "sales_atomic"
 
 
-def scrape() -> dict[str, float]:
-    """Every sample of this endpoint on every node, summed by name and distinguishing tags."""
+def scrape(endpoint: str = ENDPOINT) -> dict[str, float]:
+    """Every sample of ``endpoint`` on every node, summed by name and distinguishing tags."""
     samples: dict[str, float] = {}
     for node in ray.nodes():
         if not node["Alive"]:
@@ -30,7 +31,7 @@ def scrape() -> dict[str, float]:
         url = f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
         for line in urllib.request.urlopen(url, timeout=5).read().decode().splitlines():
             match = re.match(r"(ray_endpoint_runtime_\w+)\{(.*)\} (\S+)$", line)
-            if not match or f'endpoint="{ENDPOINT}"' not in match[2]:
+            if not match or f'endpoint="{endpoint}"' not in match[2]:
                 continue
             tags = dict(re.findall(r'(\w+)="([^"]*)"', match[2]))
             key = ",".join([match[1], *(f"{k}={tags[k]}" for k in ("message_type", "kind", "le")
@@ -64,3 +65,31 @@ async def test_processed_failed_retried_and_timing_metrics_reach_prometheus(
     assert metric("critical_time_seconds_count", f"message_type={type_name}") == 4
     assert metric("critical_time_seconds_bucket", f"message_type={type_name}", "le=+Inf") == 4
     assert "ray_endpoint_runtime_queue_length" in scrape()  # the peeker's gauge
+
+
+async def test_an_attempt_whose_commit_fails_is_not_counted_as_processed(
+    deployer: Deployer, transport: PostgresTransport, sender: Sender,
+) -> None:
+    """Receive-only mode: one message commits, one breaks a deferred foreign key at COMMIT
+    (its handler returns normally) on both of its attempts, then goes to the error queue."""
+    endpoint = commit_failing_endpoints.metered
+    await transport.pool.execute(commit_failing_endpoints.TABLES)
+    for queue in ("audit", "error"):
+        await transport.create_queue(queue)
+    await deployer.start("metered", module="tests.support.commit_failing_endpoints")
+    await sender.send(AddLine(1), destination=endpoint.name)
+    await sender.send(AddLine(2), destination=endpoint.name)  # no order 2
+    type_name = "tests.support.commit_failing_endpoints.AddLine"
+
+    def metric(name: str) -> float:
+        return scrape(endpoint.name).get(
+            f"ray_endpoint_runtime_{name},message_type={type_name}", 0.0)
+
+    async def reported() -> bool:
+        return metric("moved_to_error_total") >= 1 and metric("messages_processed_total") >= 1
+
+    await wait_for(reported, timeout=60, interval=1.0,
+                   what="processed and moved-to-error counts on the metrics endpoint")
+    assert metric("messages_failed_total") == 2
+    assert metric("messages_processed_total") == 1
+    assert metric("processing_seconds_count") == 1
