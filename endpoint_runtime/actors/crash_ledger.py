@@ -16,6 +16,15 @@ reason are handed to the receivers with the control calls they get anyway (``sta
 failure (:class:`ReceiverDiedError`), so its next delivery goes to the error queue, with the
 usual ``NServiceBus.ExceptionInfo.*`` headers, like any other failure.
 
+The files are created with ``O_EXCL | O_NOFOLLOW`` (mode 0600) and read with ``O_NOFOLLOW``,
+only when they are regular files of this user with the ledger's magic: a name planted in the
+shared directory (a symlink to another file, a file of another user) is refused, never
+truncated, read or removed. A ledger whose owner process is gone is removed only
+:data:`STALE_SECONDS` after a receiver start first *found* it dead (it stamps the time into the
+header): never by its age, which says nothing (writes through the memory map do not move a
+tmpfs file's mtime), so a receiver starting between a death and the peeker's read cannot take
+the dead one's record away.
+
 Only the messages whose handlers were running count: the other rows of a batch, or messages
 waiting for their commit, are not suspects. A message in flight beside the culprit is
 counted too; it would need to be beside it at three deaths to go to the error queue.
@@ -34,6 +43,8 @@ import collections
 import contextlib
 import mmap
 import os
+import stat
+import struct
 import tempfile
 import time
 import uuid
@@ -54,15 +65,18 @@ DOOMED_SIZE = 1_000
 """Ids at the limit that receivers are told about (handed over whole, only when it changes)."""
 RECORD_SIZE = 16
 _EMPTY = bytes(RECORD_SIZE)
-_MAGIC = b"ERLEDGR1"
+_MAGIC = b"ERLEDGR2"
 """First record: this magic and the owner's pid (a janitor removes files of dead owners)."""
+HEADER_RECORDS = 2
+"""The magic and pid record, then the time (a double, 0 until then) a janitor first found the
+owner dead; the message records follow."""
+_FOUND_DEAD_AT = RECORD_SIZE
 LEDGER_DIRECTORY = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
 LEDGER_PREFIX = "endpoint_runtime."
 STALE_SECONDS = 600.0
-"""A ledger whose process is gone and that nobody read for this long is removed (the peeker
-reads a dead receiver's ledger within a peek cycle; this is for whole clusters stopped)."""
-
-
+"""A ledger whose process was found gone this long ago and that nobody read meanwhile is
+removed (the peeker reads a dead receiver's ledger within a peek cycle; this is for whole
+clusters stopped)."""
 
 class _Identified(Protocol):
     @property
@@ -78,21 +92,27 @@ class ReceiverDiedError(EndpointRuntimeError):
     message is charged with when it goes to the error queue for that reason."""
 
 
+class NotALedgerError(EndpointRuntimeError):
+    """A ledger's name holds something else: a symlink, another user's file, other bytes."""
+
+
 class CrashLedger:
     """The receiver's side: the ids of the messages in its handlers, in a shared file."""
 
     def __init__(self, path: Path, records: int) -> None:
         self.path = path
         self.records = records
-        size = (records + 1) * RECORD_SIZE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        size = (records + HEADER_RECORDS) * RECORD_SIZE
+        # A new file or nothing: never truncate (or write through a symlink to) what is there.
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         try:
             os.ftruncate(fd, size)
             self._map = mmap.mmap(fd, size)
         finally:
             os.close(fd)
         self._map[:RECORD_SIZE] = _MAGIC + os.getpid().to_bytes(8, "little")
-        self._free = list(range(1, records + 1))
+        self._free = list(range(HEADER_RECORDS, records + HEADER_RECORDS))
 
     @classmethod
     def create(cls, receiver_id: str, *, records: int) -> CrashLedger:
@@ -131,36 +151,77 @@ def ledger_path(receiver_id: str) -> Path:
 
 
 def read_ledger(path: str) -> list[uuid.UUID]:
-    """The ids a dead receiver was handling; the file is removed (read once)."""
+    """The ids a dead receiver was handling; the file is removed (read once). Raises
+    :class:`NotALedgerError` (and leaves it) when the name holds anything but a ledger of
+    this user."""
     try:
-        data = Path(path).read_bytes()
+        data = _read_own(Path(path))
     except FileNotFoundError:
         return []
+    if data[:8] != _MAGIC:
+        raise NotALedgerError(f"{path} is not a crash ledger")
     with contextlib.suppress(FileNotFoundError):
         Path(path).unlink()
-    records = (data[i:i + RECORD_SIZE] for i in range(RECORD_SIZE, len(data), RECORD_SIZE))
+    start = HEADER_RECORDS * RECORD_SIZE
+    records = (data[i:i + RECORD_SIZE] for i in range(start, len(data), RECORD_SIZE))
     return [uuid.UUID(bytes=r) for r in records if len(r) == RECORD_SIZE and r != _EMPTY]
+
+
+def _open_own(path: Path, flags: int) -> int:
+    """A descriptor of ``path`` if it is a regular file of this user (no symlink followed)."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise NotALedgerError(f"{path} cannot be opened as a crash ledger: {exc}") from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise NotALedgerError(f"{path} is not a regular file of this user")
+    return fd
+
+
+def _read_own(path: Path) -> bytes:
+    fd = _open_own(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb") as file:
+        return file.read()
 
 
 def remove_stale_ledgers(
     now: float | None = None, directory: Path = LEDGER_DIRECTORY
 ) -> int:
-    """Remove the ledgers of this node whose process is gone and that are older than
-    :data:`STALE_SECONDS` (left by receivers killed with their whole cluster); returns how
-    many. Cheap: a directory listing and a header read per ledger, at each receiver start."""
+    """Remove this user's ledgers of this node whose process was found gone at least
+    :data:`STALE_SECONDS` ago (left by receivers killed with their whole cluster); returns how
+    many. A ledger whose process is found gone for the first time gets the time stamped into
+    its header instead, so that the peeker has that long to read it. Cheap: a directory
+    listing and a header read per ledger, at each receiver start."""
     now = time.time() if now is None else now
     removed = 0
     for path in directory.glob(f"{LEDGER_PREFIX}*.ledger"):
-        with contextlib.suppress(OSError, ValueError):
-            if now - path.stat().st_mtime < STALE_SECONDS:
-                continue
-            with path.open("rb") as f:
-                header = f.read(RECORD_SIZE)
-            if header[:8] != _MAGIC or _alive(int.from_bytes(header[8:], "little")):
-                continue
-            path.unlink()
-            removed += 1
+        with contextlib.suppress(OSError, ValueError, NotALedgerError):
+            if _stale(path, now):
+                path.unlink()
+                removed += 1
     return removed
+
+
+def _stale(path: Path, now: float) -> bool:
+    """Whether the ledger at ``path`` was found dead :data:`STALE_SECONDS` ago; stamps
+    ``now`` as the time found dead when its owner is gone and it has no stamp yet."""
+    fd = _open_own(path, os.O_RDWR)
+    try:
+        header = os.pread(fd, HEADER_RECORDS * RECORD_SIZE, 0)
+        pid = int.from_bytes(header[8:16], "little")
+        if header[:8] != _MAGIC or pid <= 0 or _alive(pid):
+            return False
+        (found_dead_at,) = struct.unpack("<d", header[_FOUND_DEAD_AT:_FOUND_DEAD_AT + 8])
+        if found_dead_at <= 0:
+            os.pwrite(fd, struct.pack("<d", now), _FOUND_DEAD_AT)
+            return False
+        return bool(now - found_dead_at >= STALE_SECONDS)
+    finally:
+        os.close(fd)
 
 
 def _alive(pid: int) -> bool:

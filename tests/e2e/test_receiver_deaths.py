@@ -8,22 +8,16 @@ what counts the deaths.
 
 from __future__ import annotations
 
-import time
 import uuid
-from pathlib import Path
 
 import pytest
 import ray
 
 from endpoint_runtime.actors.crash_ledger import (
-    LEDGER_PREFIX,
     MAX_RECEIVER_DEATHS,
-    RECORD_SIZE,
-    STALE_SECONDS,
     CrashLedger,
     DeathCounts,
     read_ledger_on_node,
-    remove_stale_ledgers,
 )
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.error_queue import list_failed, retry_failed
@@ -111,21 +105,6 @@ async def test_the_ledger_is_read_on_the_dead_receivers_node_by_a_pinned_task() 
     node_id = ray.get_runtime_context().get_node_id()
     assert await read_ledger_on_node(node_id, str(ledger.path)) == [in_flight]
     assert not ledger.path.exists()  # read once
-
-
-def test_stale_ledgers_of_dead_processes_are_removed_and_live_ones_kept(tmp_path: Path) -> None:
-    live = CrashLedger(tmp_path / f"{LEDGER_PREFIX}live.ledger", records=1)
-    dead = CrashLedger(tmp_path / f"{LEDGER_PREFIX}dead.ledger", records=1)
-    dead._map[8:RECORD_SIZE] = (2**22 + 1).to_bytes(8, "little")  # above any pid_max
-    try:
-        assert remove_stale_ledgers(directory=tmp_path) == 0  # too recent
-        later = time.time() + STALE_SECONDS + 1
-        assert remove_stale_ledgers(now=later, directory=tmp_path) == 1
-        assert live.path.exists()  # its process (this one) lives
-        assert not dead.path.exists()
-    finally:
-        live.close()
-        dead.close()
 
 
 def test_death_counts_doom_at_the_limit_and_forget_settled_ids() -> None:
