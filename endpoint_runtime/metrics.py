@@ -6,7 +6,8 @@ by a Ray cluster's usual monitoring; Ray prefixes the names with ``ray_``):
 ===========================================  =========  ========================================
 name                                         kind       tags
 ===========================================  =========  ========================================
-endpoint_runtime_messages_processed_total    counter    endpoint, message_type
+endpoint_runtime_messages_processed_total    counter    endpoint, message_type (counted when
+                                                        the message's work commits)
 endpoint_runtime_messages_failed_total       counter    endpoint, message_type (failed attempts)
 endpoint_runtime_retries_total               counter    endpoint, message_type, kind (immediate,
                                                         delayed)
@@ -51,7 +52,8 @@ class Metrics:
 
     def processed(self, message_type: str, started: float, ended: float,
                   headers: dict[str, str]) -> None:
-        """A message handled; ``started``/``ended`` in epoch seconds."""
+        """A message handled and its work committed; ``started``/``ended`` (its handlers)
+        in epoch seconds."""
 
     def failed(self, message_type: str, *, immediate_retry: bool) -> None:
         """A failed attempt; ``immediate_retry``: the next step retries at once."""
@@ -80,7 +82,7 @@ class RayMetrics(Metrics):
             name: metrics.Counter(f"endpoint_runtime_{name}_total", description=description,
                                   tag_keys=tags + (("kind",) if name == "retries" else ()))
             for name, description in (
-                ("messages_processed", "messages whose handlers succeeded"),
+                ("messages_processed", "messages whose handlers' work committed"),
                 ("messages_failed", "failed processing attempts"),
                 ("retries", "retries scheduled (kind: immediate or delayed)"),
                 ("moved_to_error", "messages moved to the error queue"),

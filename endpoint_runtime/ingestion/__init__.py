@@ -10,8 +10,10 @@ way:
   raw headers);
 - its peeker records the error queue into ``error_log`` once a second, **leaving the rows
   where they are**: ``errors retry`` still finds them, and a message that fails again is
-  recorded again (each row of the queue once, by native id and seq);
-- rows older than ``keep_for`` seconds (default 30 days) are deleted, once a minute.
+  recorded again (each row of the queue once, by native id and seq; a row that commits after
+  later ones is still found: see :meth:`OperationalData.record_error_queue`);
+- once a minute, every row older than ``keep_for`` seconds (default 30 days) is deleted, in
+  batches, until none is left.
 
 A malformed or hostile audit copy is recorded in ``error_log`` with the reason, never dropped.
 Tables live in the transport's schema. For another audit or error queue, define your own
