@@ -101,11 +101,19 @@ async def test_an_endpoint_role_changes_only_its_own_subscriptions(
             f"UPDATE {TABLE} SET queueaddress = 'billing_sub' WHERE endpoint = 'sales'"
         ) == "UPDATE 0"
         assert not await store.unsubscribe(connection, "sales", TOPIC)
+        # Prune: only its own row that points nowhere goes; another endpoint's stays.
+        await transport.pool.execute(
+            f"INSERT INTO {TABLE} (queueaddress, endpoint, topic) VALUES ('gone', 'gone', $1),"
+            f" ('gone', $2, 'gone.Topic')", TOPIC, billing.name)
+        dangling = await dangling_subscriptions(connection, store)
+        assert {d.subscription.endpoint for d in dangling} == {"gone", billing.name}
+        [pruned] = await prune_dangling(connection, store, dangling)
+        assert pruned.endpoint == billing.name
         assert await connection.execute(f"DELETE FROM {TABLE}") == "DELETE 1"  # its own only
     finally:
         await connection.close()
 
-    assert await rows(transport) == {("sales", TOPIC, "sales")}
+    assert await rows(transport) == {("sales", TOPIC, "sales"), ("gone", TOPIC, "gone")}
     # The table's owner (here a superuser) is not bound by row-level security.
     assert await store.unsubscribe(transport.pool, "sales", TOPIC)
 
