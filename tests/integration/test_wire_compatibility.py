@@ -4,14 +4,17 @@ publish and reply; wire names of subclasses of named types; publishing commands 
 
 from __future__ import annotations
 
+import asyncpg
 import msgspec
 import pytest
 
 from endpoint_runtime import ConfigurationError, Endpoint, HandlerContext, Sender, TransportSettings
 from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.installation import install as install_tables
 from endpoint_runtime.messages import Headers, MessageIntent
 from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.privileges import endpoint_grants
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import SubscriptionStore, topics_of
 from endpoint_runtime.transport import QueueAddress
@@ -21,9 +24,13 @@ from tests.support.kinds_endpoints import (
     Answer,
     Forward,
     Forwarded,
+    OrderNote,
+    OrderPlaced,
     PlaceOrder,
     correlators,
+    orders,
 )
+from tests.support.roles import login_role
 
 
 async def install(transport: PostgresTransport, endpoint: Endpoint, *queues: str) -> None:
@@ -185,3 +192,35 @@ async def test_subscribing_at_start_writes_no_command_subscription(
     assert pruned == []
     rows = await transport.pool.fetch('SELECT topic FROM "SubscriptionRouting" ORDER BY 1')
     assert [row[0] for row in rows] == sorted([topics_of(Announced)[0], topics_of(Answer)[0]])
+
+
+async def test_an_endpoint_role_with_its_grants_alone_prunes_its_own_command_subscription(
+    transport: PostgresTransport, database_dsn: str,
+) -> None:
+    """What a deployment without installers does at start, as the role ``db grants`` made
+    (row-level security on the subscription table): its own stored command subscription goes,
+    another endpoint's stays, its events are subscribed to."""
+    endpoint = orders
+    await install_tables(transport, endpoint, endpoint.settings)
+    store = endpoint.subscriptions
+    command_topic = topics_of(PlaceOrder)[0]
+    await store.subscribe(transport.pool, endpoint.address, endpoint.name, command_topic)
+    await store.subscribe(transport.pool, QueueAddress("other"), "other", command_topic)
+    async with login_role(database_dsn) as role:
+        database = await transport.pool.fetchval("SELECT current_database()")
+        await transport.pool.execute("\n".join(
+            endpoint_grants(endpoint, endpoint.settings, role.name, database=database)))
+        connection = await asyncpg.connect(role.dsn)
+        try:
+            pruned = await endpoint.subscribe_at_start(connection, store)
+            # Row-level security in force: another endpoint's rows are out of its reach.
+            assert await connection.execute(
+                'DELETE FROM "SubscriptionRouting" WHERE endpoint = $1', "other") == "DELETE 0"
+        finally:
+            await connection.close()
+    assert pruned == [command_topic]
+    rows = await transport.pool.fetch(
+        'SELECT endpoint, topic FROM "SubscriptionRouting" ORDER BY 1, 2')
+    assert [tuple(row) for row in rows] == [
+        (endpoint.name, topics_of(OrderNote)[0]), (endpoint.name, topics_of(OrderPlaced)[0]),
+        ("other", command_topic)]
