@@ -3,8 +3,8 @@ hand.
 
 A subscription maps (endpoint, topic) to the queue that receives the topic's events; a topic
 is a message type's wire name (``module.QualName``, or its ``__message_type_name__``).
-Deployments subscribe by themselves to every type they handle; these commands are for peers
-that do not (or for undoing a subscription).
+Deployments subscribe by themselves to every type they handle but commands; these commands
+are for peers that do not (or for undoing a subscription).
 
 Example::
 
