@@ -185,3 +185,27 @@ async def test_a_sender_publish_keeps_to_the_allowed_schemas(
     async with Sender("web", TransportSettings(dsn=database_dsn)) as sender:  # any schema
         await sender.publish(OrderPlaced("o-7"))
     assert await transport.depth("elsewhere.tracker") == 1
+
+
+@pytest.mark.parametrize("name", ["receive_only", "at_most_once"])
+async def test_a_queue_dropped_after_the_subscriber_list_was_read_is_caught_at_the_write(
+    transport: PostgresTransport, name: str,
+) -> None:
+    publisher: Endpoint = getattr(pubsub_endpoints, name)
+    await prepare(transport, publisher, *SUBSCRIBERS)
+    pipeline = publisher.create_pipeline()  # one subscriber cache for both messages
+    strategy = publisher.create_strategy(pipeline, transport.pool, publisher.settings)
+    async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
+        await transport.send(publisher.name, create_outgoing(PlaceOrder("o-1")))
+        assert (await slot.round()).handled == 1
+        await transport.drop_queue("analytics_sub")  # the cached list still names it
+        await transport.send(publisher.name, create_outgoing(PlaceOrder("o-2")))
+        assert (await slot.round()).handled == 1
+        await slot.close()
+
+    assert await transport.depth("billing_sub") == 2  # once each: no attempt failed
+    [failed] = await list_failed(transport)
+    assert failed.failed_queue == "public.analytics_sub"
+    assert isinstance(failed.message, TransportMessage)
+    assert msgspec.json.decode(failed.message.body, type=OrderPlaced) == OrderPlaced("o-2")
