@@ -9,6 +9,16 @@ default ``max_connections`` of 100. When connections run out, receivers fail to 
 peeker relaunches them every peek cycle, so a deployment that cannot fit fails at start
 instead, with a :class:`~endpoint_runtime.errors.ConfigurationError` that names the numbers.
 
+Other deployments on the same server count with what they *may* open, not only with what
+they have open now (an idle deployment holds a few connections and may scale up to its worst
+case later): every connection of a deployment's peeker and receivers carries a reservation in
+its ``application_name`` (:func:`reservation`: ``endpoint_runtime/<deployment id>/<worst
+case>/<endpoint>``), which ``pg_stat_activity`` shows every role, and the check subtracts, for
+each other deployment, the larger of its reservation and the connections it has open. The
+reservation lasts as long as the deployment's connections: a deployment that stops or dies
+releases it. A deployment that connects through the libpq ``PG*`` environment (no DSN) is not
+tagged; its open connections count, its reservation cannot.
+
 Example::
 
     budget = ConnectionBudget.of(settings)
@@ -18,10 +28,13 @@ Example::
 
 from __future__ import annotations
 
+from urllib.parse import quote, unquote
+
 import msgspec
 
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
+from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.connection import DatabaseConnection
 
 PEEKER_POOL_SIZE = 4
@@ -55,31 +68,53 @@ def receiver_pool_size(slots_per_receiver: int) -> int:
     return 2 * slots_per_receiver + 1
 
 
+APPLICATION_NAME_BYTES = 63
+"""PostgreSQL keeps this much of an ``application_name`` (NAMEDATALEN - 1)."""
+
+
+def reservation(deployment_id: str, worst_case: int, endpoint: str) -> str:
+    """The ``application_name`` that reserves ``worst_case`` connections for a deployment;
+    the endpoint's name, last, only helps a person reading ``pg_stat_activity`` (cut to fit)."""
+    tag = f"endpoint_runtime/{deployment_id}/{worst_case}/{endpoint}"
+    return tag.encode()[:APPLICATION_NAME_BYTES].decode(errors="ignore")
+
+
+def reserving_dsn(dsn: str, application_name: str) -> str:
+    """``dsn`` (a URL) with ``application_name`` in its query, replacing one given there;
+    other parameters are left as written. An empty DSN (the libpq environment) and keyword
+    DSNs are returned as they are."""
+    if "://" not in dsn:
+        return dsn
+    base, _, fragment = dsn.partition("#")
+    base, _, query = base.partition("?")
+    kept = [pair for pair in query.split("&")
+            if pair and unquote(pair.partition("=")[0]) != "application_name"]
+    kept.append(f"application_name={quote(application_name, safe='')}")
+    return f"{base}?{'&'.join(kept)}" + (f"#{fragment}" if fragment else "")
+
+
 class ServerCapacity(msgspec.Struct, frozen=True, kw_only=True):
     max_connections: int
     superuser_reserved: int
     reserved: int
     """``reserved_connections`` (PostgreSQL 16 and later; 0 before)."""
     in_use: int
-    """Client connections open now, the one asking excepted."""
+    """Client connections open now that belong to no deployment, the one asking excepted."""
+    claimed: int = 0
+    """What the running deployments may open: for each, the larger of its reservation and
+    the connections it has open."""
+    deployments: int = 0
+    """Running deployments (with connections open) on the server."""
 
     @property
     def available(self) -> int:
-        return self.max_connections - self.superuser_reserved - self.reserved - self.in_use
-
-
-CAPACITY_QUERY = """
-SELECT current_setting('max_connections')::int AS max_connections,
-       current_setting('superuser_reserved_connections')::int AS superuser_reserved,
-       coalesce(current_setting('reserved_connections', true), '0')::int AS reserved,
-       (SELECT count(*) FROM pg_stat_activity
-         WHERE backend_type = 'client backend' AND pid <> pg_backend_pid())::int AS in_use
-"""
+        return (self.max_connections - self.superuser_reserved - self.reserved - self.in_use
+                - self.claimed)
 
 
 async def server_capacity(connection: DatabaseConnection) -> ServerCapacity:
-    """What the server has left for new client connections (``connection`` not counted)."""
-    row = await connection.fetchrow(CAPACITY_QUERY)
+    """What the server has left for a new deployment (``connection`` not counted)."""
+    row = await connection.fetchrow(sql.load("connections.sql")["server_capacity"])
     assert row is not None
     return ServerCapacity(**dict(row))
 
@@ -103,6 +138,7 @@ async def check_connection_budget(
         f"{listen}) + {budget.peeker} for the peeker), but the server has {capacity.available} "
         f"left (max_connections {capacity.max_connections} - superuser_reserved_connections "
         f"{capacity.superuser_reserved} - reserved_connections {capacity.reserved} - "
-        f"{capacity.in_use} in use). Lower max_concurrency (at most {fitting * slots} fits "
+        f"{capacity.in_use} in use - {capacity.claimed} that {capacity.deployments} running "
+        f"deployments may open). Lower max_concurrency (at most {fitting * slots} fits "
         f"now: {fitting} receivers of {slots} slots), or raise the server's max_connections"
     )

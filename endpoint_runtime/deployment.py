@@ -25,7 +25,12 @@ from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.deployment_status import DeploymentConfig, DeploymentStatus
 from endpoint_runtime.actors.peeker import PeekerActor
 from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.connection_budget import check_connection_budget
+from endpoint_runtime.connection_budget import (
+    ConnectionBudget,
+    check_connection_budget,
+    reservation,
+    reserving_dsn,
+)
 from endpoint_runtime.embedded import RedactedDsn, resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import ConfigurationError
@@ -98,14 +103,14 @@ class EndpointDeployment:
                 async with transport.pool.acquire() as connection:
                     await endpoint.subscribe_at_start(connection,
                                                       subscription_store(transport_settings))
-        config = DeploymentConfig(
+        config = _reserving(DeploymentConfig(
             endpoint_path=path,
             endpoint_name=endpoint.name,
             address=endpoint.address,
             dsn=dsn,
             settings=settings,
             deployment_id=uuid.uuid4().hex[:8],
-        )
+        ))
         ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
         peeker = await _start_peeker(config, peeker_resources)
         log.info("endpoint_started", endpoint=endpoint.name, path=path,
@@ -121,7 +126,8 @@ class EndpointDeployment:
 
         with contextlib.suppress(Exception):
             ray.kill(self.peeker, no_restart=True)
-        self.config = msgspec.structs.replace(self.config, deployment_id=uuid.uuid4().hex[:8])
+        self.config = _reserving(
+            msgspec.structs.replace(self.config, deployment_id=uuid.uuid4().hex[:8]))
         resources = self.peeker_resources
         if resources and not await asyncio.to_thread(_some_live_node_has, resources):
             # Pinned to the node that was lost: anywhere is better than waiting for it.
@@ -182,6 +188,16 @@ class EndpointDeployment:
         log.info("endpoint_stopped", endpoint=self.config.endpoint_name,
                  processed=final.processed)
         return final
+
+
+def _reserving(config: DeploymentConfig) -> DeploymentConfig:
+    """``config`` whose DSN, the one the peeker and the receivers connect with, names the
+    deployment's reservation as ``application_name`` (see
+    :mod:`endpoint_runtime.connection_budget`): deployments started later count what this one
+    may open, not only what it has open."""
+    tag = reservation(config.deployment_id, ConnectionBudget.of(config.settings).worst_case,
+                      config.endpoint_name)
+    return msgspec.structs.replace(config, dsn=RedactedDsn(reserving_dsn(config.dsn, tag)))
 
 
 async def _start_peeker(config: DeploymentConfig, resources: dict[str, float] | None) -> Any:

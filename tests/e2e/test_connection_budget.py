@@ -1,19 +1,28 @@
 """The connection budget: a deployment that may open more connections than the server has left
-fails at start, before it creates anything, with an error that names the numbers."""
+fails at start, before it creates anything, with an error that names the numbers. What the
+server has left counts what other running deployments may open (their reservations), not
+only what they have open."""
 
 from __future__ import annotations
 
 import re
+import uuid
 
+import asyncpg
 import pytest
 
 from endpoint_runtime import ConfigurationError, EndpointSettings, TransportSettings
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.connection_budget import (
+    APPLICATION_NAME_BYTES,
     ConnectionBudget,
     ServerCapacity,
+    reservation,
+    reserving_dsn,
     server_capacity,
 )
+from endpoint_runtime.embedded import with_database
+from endpoint_runtime.transport import quote_identifier
 from tests.e2e.conftest import Deployer
 from tests.support.hardening_endpoints import wide
 
@@ -40,7 +49,7 @@ async def test_a_deployment_whose_worst_case_exceeds_the_server_fails_at_start(
     assert f"max_connections {capacity.max_connections}" in text
     assert f"superuser_reserved_connections {capacity.superuser_reserved}" in text
     assert "reserved_connections" in text
-    assert re.search(r"- \d+ in use\)", text)
+    assert re.search(r"- \d+ in use - \d+ that \d+ running deployments may open\)", text)
     assert "Lower max_concurrency" in text
     assert "raise the server's max_connections" in text
     # Refused before anything was created or started.
@@ -72,3 +81,103 @@ def test_budget_arithmetic() -> None:
     assert ConnectionBudget.of(kept).receivers == 3
     server = ServerCapacity(max_connections=100, superuser_reserved=3, reserved=2, in_use=10)
     assert server.available == 85
+
+
+async def _capacity(transport: PostgresTransport) -> ServerCapacity:
+    async with transport.pool.acquire() as connection:
+        return await server_capacity(connection)
+
+
+async def test_two_deployments_that_fit_alone_do_not_both_start_when_together_they_may_not(
+    deployer: Deployer, transport: PostgresTransport
+) -> None:
+    """The first deployment, idle, holds a few connections but may open about 60% of what
+    the server has left; a second of the same size is refused, naming the first's claim.
+    Before the reservations, both started (only open connections counted), and scaling up
+    later would have run the server out of connections."""
+    available = (await _capacity(transport)).available
+    receivers = int(available * 0.6 - 5) // 10  # 10 connections per receiver of 4 slots
+    assert receivers >= 1, available
+    size = {"max_concurrency": 4 * receivers, "slots_per_receiver": 4}
+    worst_case = receivers * 10 + 5
+    first = await deployer.start("wide", module=MODULE, **size)
+    opened = await transport.pool.fetchval(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1",
+        f"endpoint_runtime/{first.config.deployment_id}/{worst_case}/wide")
+    assert 0 < opened < worst_case  # idle: far from what it may open
+
+    after_first = await _capacity(transport)
+    assert after_first.deployments >= 1
+    assert after_first.claimed >= worst_case
+    with pytest.raises(ConfigurationError) as refused:
+        await deployer.start("wide", module=MODULE, **size)
+    assert f"may open up to {worst_case} PostgreSQL connections" in str(refused.value)
+    assert re.search(r"- \d+ that [1-9]\d* running deployments may open\)", str(refused.value))
+
+    await deployer.stop(first)  # its reservation goes with its connections
+    second = await deployer.start("wide", module=MODULE, **size)
+    await deployer.stop(second)
+
+
+async def test_the_capacity_counts_a_reservation_or_the_open_connections_whichever_is_more(
+    database_dsn: str, transport: PostgresTransport
+) -> None:
+    """Self-test of the count: sessions planted with reservations of deployments that do not
+    exist are claimed as reserved (not in use), each deployment once, at the larger of its
+    reservation and its sessions."""
+    before = await _capacity(transport)
+    small, large = uuid.uuid4().hex[:8], uuid.uuid4().hex[:8]
+    planted = [
+        await asyncpg.connect(reserving_dsn(database_dsn, reservation(small, 2, "small")))
+        for _ in range(3)  # more open than reserved: 3 count
+    ] + [
+        await asyncpg.connect(reserving_dsn(database_dsn, reservation(large, 50, "large")))
+        for _ in range(2)  # fewer open than reserved: 50 count
+    ]
+    try:
+        during = await _capacity(transport)
+    finally:
+        for connection in planted:
+            await connection.close()
+    # Other clients of the server may come and go meanwhile; these figures are ours alone.
+    assert during.deployments - before.deployments == 2
+    assert during.claimed - before.claimed == 3 + 50
+
+
+async def test_a_role_without_pg_read_all_stats_counts_other_roles_connections(
+    server_dsn: str, database_dsn: str, transport: PostgresTransport
+) -> None:
+    """Other roles' sessions show no backend_type to such a role: they count all the same
+    (before, a least-privilege endpoint role counted only its own connections)."""
+    role = f"er_budget_{uuid.uuid4().hex[:8]}"
+    await transport.pool.execute(f"CREATE ROLE {quote_identifier(role)} LOGIN")
+    try:
+        await _capacity(transport)  # the test's pool holds a connection of postgres
+        url, replaced = re.subn(r"://[^@/]*@", f"://{role}@", database_dsn, count=1)
+        assert replaced == 1, "the test expects a URL DSN with a user"
+        connection = await asyncpg.connect(url)
+        try:
+            assert not await connection.fetchval(
+                "SELECT pg_has_role('pg_read_all_stats', 'MEMBER')")  # the premise
+            limited = await server_capacity(connection)
+        finally:
+            await connection.close()
+        assert limited.in_use >= 1  # at least the pool's connection, of another role
+    finally:
+        admin = await asyncpg.connect(with_database(server_dsn, "postgres"))
+        try:
+            await admin.execute(f"DROP ROLE IF EXISTS {quote_identifier(role)}")
+        finally:
+            await admin.close()
+
+
+def test_a_reservation_fits_application_name_and_keeps_the_dsn_as_written() -> None:
+    tag = reservation("0a1b2c3d", 645, "x" * 100)
+    assert tag.startswith("endpoint_runtime/0a1b2c3d/645/xxx")
+    assert len(tag.encode()) == APPLICATION_NAME_BYTES
+    dsn = "postgresql://u:p%40ss@/db?host=/run/pg&application_name=mine&sslmode=disable"
+    assert reserving_dsn(dsn, "endpoint_runtime/0a1b2c3d/5/e") == (
+        "postgresql://u:p%40ss@/db?host=/run/pg&sslmode=disable"
+        "&application_name=endpoint_runtime%2F0a1b2c3d%2F5%2Fe")
+    assert reserving_dsn("", "t") == ""  # the libpq environment: left alone
+    assert reserving_dsn("host=h dbname=d", "t") == "host=h dbname=d"
