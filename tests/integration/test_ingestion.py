@@ -254,3 +254,20 @@ async def test_the_scan_floor_moves_up_once_the_writers_have_ended(
         assert await floor() == 0  # a candidate is taken, not yet settled
         assert await data.record_error_queue(connection, error_queue) == 0
     assert await floor() == await transport.pool.fetchval("SELECT max(seq) FROM error")
+
+
+async def test_a_progress_table_of_an_earlier_version_gets_the_candidate_columns(
+    transport: PostgresTransport,
+) -> None:
+    await transport.create_queue("error")
+    await transport.pool.execute(
+        "CREATE TABLE ingestion_progress (queue text PRIMARY KEY, last_seq bigint NOT NULL);"
+        "INSERT INTO ingestion_progress VALUES ('public.error', 0)")
+    await transport.send("error", create_outgoing(PlaceOrder("o-1")))
+    async with transport.pool.acquire() as connection:
+        await ingestion.data.setup(connection)
+        await ingestion.data.setup(connection)  # idempotent
+        assert await ingestion.data.record_error_queue(connection, QueueAddress("error")) == 1
+    assert await transport.pool.fetchval(
+        "SELECT candidate_seq FROM ingestion_progress") == await transport.pool.fetchval(
+        "SELECT max(seq) FROM error")
