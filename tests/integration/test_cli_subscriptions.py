@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from endpoint_runtime.privileges import subscription_policies
+from endpoint_runtime.transport import QueueAddress
 from tests.integration import test_cli
 from tests.integration.test_cli import Cli, Database
 from tests.support.cli import Outcome
@@ -88,3 +90,10 @@ def test_status_lists_the_subscriptions_that_point_nowhere(cli: Cli, db: Databas
     assert shown.out.splitlines()[-2:] == [
         "subscriptions that point nowhere (1; endpoint-runtime subscriptions prune removes "
         "them):", "  gone -> gone (shop.OrderPlaced)"]
+
+
+def test_policy_prints_the_row_level_security_of_any_endpoint_name(cli: Cli, db: Database) -> None:
+    shown = cli("subscriptions", "policy", "Shipping.Tracker", "--role", "shipping_app")
+    assert shown.code == 0
+    assert shown.out.splitlines() == subscription_policies(
+        QueueAddress("SubscriptionRouting"), "shipping_app", "Shipping.Tracker")
