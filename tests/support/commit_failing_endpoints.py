@@ -25,8 +25,9 @@ class AddLine(msgspec.Struct):
 
 
 def make(name: str, mode: TransactionMode, **options: object) -> Endpoint:
-    endpoint = Endpoint(name, transaction_mode=mode, immediate_retries=1, delayed_retries=0,
-                        audit_queue="audit", max_concurrency=1,
+    retries = 0 if mode is TransactionMode.NONE else 1  # none mode cannot retry
+    endpoint = Endpoint(name, transaction_mode=mode, immediate_retries=retries,
+                        delayed_retries=0, audit_queue="audit", max_concurrency=1,
                         **options)  # type: ignore[arg-type]
 
     @endpoint.handler
@@ -40,6 +41,8 @@ def make(name: str, mode: TransactionMode, **options: object) -> Endpoint:
 atomic = make("lines_atomic", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE)
 receive_only = make("lines_receive_only", TransactionMode.RECEIVE_ONLY)
 batched = make("lines_batched", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=4)
+none = make("lines_none", TransactionMode.NONE)
+"""No transaction: the key is checked as the INSERT autocommits, so the handler fails."""
 with_outbox = make("lines_outbox", TransactionMode.RECEIVE_ONLY)
 with_outbox.enable_outbox()
 metered = make("lines_metered", TransactionMode.RECEIVE_ONLY)
