@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from endpoint_runtime.cli.status import UNPARSABLE, collect, render
+from endpoint_runtime.cli.status import UNPARSABLE, collect, render, status_command
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import Headers, to_wire_time
 from endpoint_runtime.outgoing import create_outgoing
@@ -127,3 +130,26 @@ async def test_only_the_transport_schemas_endpoints_are_listed(
     statuses = await collect(transport, window=300)
 
     assert [s.endpoint for s in statuses] == ["public.sales"]
+
+
+async def test_watch_goes_on_refreshing_past_a_hostile_row(
+    transport: PostgresTransport, capsys: pytest.CaptureFixture[str],
+) -> None:
+    await transport.create_queue("sales")
+    await transport.create_queue("error")
+    await transport.send("error", create_outgoing(PlaceOrder("hostile"), headers={
+        ErrorHeaders.FAILED_QUEUE: "a.b.c"}))
+    args = argparse.Namespace(watch=True, interval=0.05, window=300.0, error_queue="error")
+    watching = asyncio.create_task(status_command(args, transport.settings))
+    shown = ""
+    try:
+        deadline = asyncio.get_running_loop().time() + 10
+        while shown.count(UNPARSABLE) < 3 and asyncio.get_running_loop().time() < deadline:
+            assert not watching.done(), watching.exception()
+            await asyncio.sleep(0.05)
+            shown += capsys.readouterr().out
+    finally:
+        watching.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watching
+    assert shown.count(UNPARSABLE) >= 3, shown  # three refreshes, and still running
