@@ -79,23 +79,25 @@ def grant_statements(tables: EndpointTables, role: str, *, sends_to: Iterable[st
 
 
 def subscription_policies(table: QueueAddress, role: str, endpoint: str) -> list[str]:
-    """Statements (for the table's owner) that turn on row-level security on the subscription
-    ``table`` and let ``role`` change the rows of ``endpoint`` only; every role keeps reading
-    every row. Idempotent; one transaction, so no reader sees the table without its read
-    policy. Works for any endpoint name, an NServiceBus endpoint's too."""
+    """One statement (for the table's owner; several lines, one transaction, so that no
+    reader sees the table without its read policy) that turns on row-level security on the
+    subscription ``table`` and lets ``role`` change the rows of ``endpoint`` only; every role
+    keeps reading every row. Idempotent. Works for any endpoint name, an NServiceBus
+    endpoint's too."""
     name = quote_identifier(own_policy_name(role, endpoint))
+    read = quote_identifier(READ_POLICY)
     mine = f"endpoint = {text_literal(endpoint)}"
     on = f"ON {table.qualified}"
-    return [
+    return ["\n".join([
         "BEGIN;",
         f"ALTER TABLE {table.qualified} ENABLE ROW LEVEL SECURITY;",
-        f"DROP POLICY IF EXISTS {quote_identifier(READ_POLICY)} {on};",
-        f"CREATE POLICY {quote_identifier(READ_POLICY)} {on} FOR SELECT USING (true);",
+        f"DROP POLICY IF EXISTS {read} {on};",
+        f"CREATE POLICY {read} {on} FOR SELECT USING (true);",
         f"DROP POLICY IF EXISTS {name} {on};",
         f"CREATE POLICY {name} {on} FOR ALL TO {quote_identifier(role)} USING ({mine}) "
         f"WITH CHECK ({mine});",
         "COMMIT;",
-    ]
+    ])]
 
 
 def own_policy_name(role: str, endpoint: str) -> str:
