@@ -310,7 +310,7 @@ class Pipeline:
                             immediate_retry=next_step is Action.IMMEDIATE_RETRY)
         log.warning(
             "message_failed",
-            error=f"{failure.exception_type}: {failure.message[:500]}",
+            error=failure.summary(),  # one line; the traceback once, with the last attempt
             attempts=failure.attempts,
             next_step=next_step.value,
             exc_info=exc if next_step is Action.ERROR_QUEUE else None,
@@ -383,7 +383,8 @@ class Pipeline:
             await self.delayed_store.store(executor, delayed)
         self.stats.delayed_retries += 1
         self.metrics.delayed_retry(self._type_tag_of(message))
-        log.warning("delayed_retry_scheduled", delay_s=round(delay, 3),
+        # Info: the attempt's own warning (message_failed, next_step=delayed_retry) said it.
+        log.info("delayed_retry_scheduled", delay_s=round(delay, 3),
                     retry=headers["NServiceBus.Retries"])
 
     async def move_poison_to_error_queue(self, executor: Executor, message: PoisonMessage) -> None:

@@ -86,6 +86,10 @@ class RetryLimits(msgspec.Struct, frozen=True, kw_only=True):
     delayed_retries: int | None = None
 
 
+SUMMARY_WIDTH = 200
+"""Characters of a failure's one-line summary in the log."""
+
+
 class Failure(msgspec.Struct, kw_only=True):
     """What is known of a message's failed attempts."""
 
@@ -99,6 +103,13 @@ class Failure(msgspec.Struct, kw_only=True):
     limits: RetryLimits = RetryLimits()
     requested_delay: float | None = None
     discard_reason: str | None = None
+
+    def summary(self, width: int = SUMMARY_WIDTH) -> str:
+        """``Type: message`` on one line, cut to ``width`` characters: what a log line of an
+        attempt shows (the full message and stack trace go with the error queue's headers)."""
+        first = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        text = f"{self.exception_type}: {first}" if first else self.exception_type
+        return text if len(text) <= width else text[: width - 3] + "..."
 
 
 DEFAULT_UNRECOVERABLE: tuple[type[BaseException], ...] = (
