@@ -31,6 +31,7 @@ from endpoint_runtime import error_queue
 from endpoint_runtime.context import HandlerConnection, HandlerContext, OutgoingDispatcher
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.errors import (
+    QueueNotFoundError,
     RecoverabilityFailedError,
     TransactionAbortedError,
     UnknownMessageTypeError,
@@ -298,6 +299,8 @@ class Pipeline:
         error "current transaction is aborted" is charged as :class:`TransactionAbortedError`:
         a handler caught an error without a savepoint."""
         exc = charged_exception(exc)
+        if isinstance(exc, QueueNotFoundError) and self.subscriptions is not None:
+            self.subscriptions.forget()  # a subscriber queue may be gone: read them again
         self._handled.take(message.native_id)  # its handlers' work did not commit
         failure = self.failures.record(
             message.native_id, exc, unrecoverable=self.policy.is_unrecoverable(exc),

@@ -209,3 +209,33 @@ async def test_a_queue_dropped_after_the_subscriber_list_was_read_is_caught_at_t
     assert failed.failed_queue == "public.analytics_sub"
     assert isinstance(failed.message, TransportMessage)
     assert msgspec.json.decode(failed.message.body, type=OrderPlaced) == OrderPlaced("o-2")
+
+
+@pytest.mark.parametrize("name", ["retrying_atomic", "retrying_batched"])
+async def test_a_queue_dropped_after_the_subscriber_list_was_read_costs_one_attempt_in_atomic_modes(
+    transport: PostgresTransport, name: str,
+) -> None:
+    publisher: Endpoint = getattr(pubsub_endpoints, name)
+    await prepare(transport, publisher, *SUBSCRIBERS)
+    pipeline = publisher.create_pipeline()  # one subscriber cache for both messages
+    strategy = publisher.create_strategy(pipeline, transport.pool, publisher.settings)
+    async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
+        await transport.send(publisher.name, create_outgoing(PlaceOrder("o-1")))
+        while (await slot.round()).taken:
+            pass
+        await transport.drop_queue("analytics_sub")  # the cached list still names it
+        await transport.send(publisher.name, create_outgoing(PlaceOrder("o-2")))
+        rounds = []
+        while (taken := await slot.round()).taken:
+            rounds.append(taken)
+        await slot.close()
+
+    # The write fails at the commit once; the retry reads the subscribers again.
+    assert sum(r.failed for r in rounds) == 1
+    assert sum(r.handled for r in rounds) == 1
+    assert await transport.depth("billing_sub") == 2
+    [failed] = await list_failed(transport)
+    assert failed.failed_queue == "public.analytics_sub"
+    assert isinstance(failed.message, TransportMessage)
+    assert msgspec.json.decode(failed.message.body, type=OrderPlaced) == OrderPlaced("o-2")

@@ -60,6 +60,11 @@ PUBLISHERS = ("atomic", "receive_only", "batched", "at_most_once", "with_outbox"
 retrying_receive_only = publisher("sales_retrying", TransactionMode.RECEIVE_ONLY,
                                   immediate_retries=3)
 """Receive-only with immediate retries: each failed attempt would publish again."""
+retrying_atomic = publisher("sales_retrying_atomic", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
+                            immediate_retries=3)
+retrying_batched = publisher("sales_retrying_batched",
+                             TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, immediate_retries=3,
+                             batch_size=3)
 
 
 def subscriber(name: str) -> Endpoint:
