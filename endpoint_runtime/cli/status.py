@@ -126,7 +126,9 @@ def render(statuses: list[EndpointStatus]) -> str:
 async def status_command(args: argparse.Namespace, settings: TransportSettings) -> int:
     async with PostgresTransport.connect(settings) as transport:
         while True:
-            text = render(await collect(transport, args.window, args.error_queue))
+            statuses = await collect(transport, args.window, args.error_queue)
+            text = render(statuses)
+            text += await ingestion_hint(transport, statuses, args.window)
             text += await subscriptions_pointing_nowhere(transport)
             if args.watch and sys.stdout.isatty():
                 text = CLEAR_SCREEN + text
@@ -158,3 +160,22 @@ async def subscriptions_pointing_nowhere(transport: PostgresTransport) -> str:
                      f"{printable(subscription.queue_address, keep='')} "
                      f"({printable(subscription.topic, keep='')})")
     return "\n".join(lines) + "\n"
+
+
+INGEST_HINT = (
+    "msg/s and latencies come from audit copies that `endpoint-runtime ingest` (or `run "
+    "--ingest`) has stored; endpoints audit with Endpoint(..., audit_queue=\"audit\")"
+)
+
+
+async def ingestion_hint(
+    transport: PostgresTransport, statuses: list[EndpointStatus], window: float
+) -> str:
+    """A line saying why msg/s and the latencies show dashes: nothing is ingested yet, or
+    nothing in the window. Empty when some endpoint has figures."""
+    if any(status.per_second is not None for status in statuses):
+        return ""
+    audit_log = OperationalData(transport.settings.schema).table("audit_log").qualified
+    if not await transport.pool.fetchval("SELECT to_regclass($1) IS NOT NULL", audit_log):
+        return f"\nno audit data ingested yet: {INGEST_HINT}\n"
+    return f"\nno audit data ingested in the last {window:g} s: {INGEST_HINT}\n"

@@ -9,7 +9,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from endpoint_runtime.cli.status import UNPARSABLE, collect, render, status_command
+from endpoint_runtime.cli.status import (
+    UNPARSABLE,
+    collect,
+    ingestion_hint,
+    render,
+    status_command,
+)
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import Headers, to_wire_time
 from endpoint_runtime.outgoing import create_outgoing
@@ -64,7 +70,7 @@ def test_the_status_command_prints_one_line_per_endpoint(cli: Cli, db: Database)
     db.create("sales", "error")
     shown = cli("status")
     assert shown.code == 0
-    assert [line.split()[0] for line in shown.out.splitlines()] == ["endpoint", "public.sales"]
+    assert [line.split()[0] for line in table_of(shown.out)] == ["endpoint", "public.sales"]
 
 
 async def test_the_rate_is_taken_over_the_window(transport: PostgresTransport) -> None:
@@ -117,7 +123,7 @@ def test_the_status_command_survives_a_hostile_failed_queue(cli: Cli, db: Databa
     db.run(hostile)
     shown = cli("status")
     assert shown.code == 0, shown.err
-    assert [line.split()[0] for line in shown.out.splitlines()] == [
+    assert [line.split()[0] for line in table_of(shown.out)] == [
         "endpoint", "(unparsable", "public.sales"]
 
 
@@ -153,3 +159,28 @@ async def test_watch_goes_on_refreshing_past_a_hostile_row(
         with contextlib.suppress(asyncio.CancelledError):
             await watching
     assert shown.count(UNPARSABLE) >= 3, shown  # three refreshes, and still running
+
+
+async def test_status_says_how_to_get_rates_when_nothing_is_ingested(
+    transport: PostgresTransport,
+) -> None:
+    await transport.create_queue("sales")
+    await transport.create_queue("audit")
+    before = await ingestion_hint(transport, await collect(transport, 300), 300)
+    await audited(transport, "sales", 10, ago=900)  # ingested, but long before the window
+    await ingest(transport)
+    stale = await ingestion_hint(transport, await collect(transport, 300), 300)
+    await audited(transport, "sales", 10)
+    await ingest(transport)
+    current = await ingestion_hint(transport, await collect(transport, 300), 300)
+
+    assert before.strip().startswith("no audit data ingested yet: ")
+    assert "`endpoint-runtime ingest`" in before
+    assert stale.strip().startswith("no audit data ingested in the last 300 s: ")
+    assert current == ""
+
+
+def table_of(out: str) -> list[str]:
+    """The endpoint table of status's output: the lines before the first blank one (notes
+    follow it)."""
+    return out.split("\n\n", 1)[0].splitlines()
