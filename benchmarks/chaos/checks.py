@@ -32,8 +32,9 @@ EXACTLY_ONCE_SENDS = frozenset({"atomic", "batched", "outbox"})
 """Sends exactly once per handled message (no ghost sends)."""
 RECEIVER_DIED = "ReceiverDiedError"
 """The exception type (last part) of an error-queue copy the crash ledger sent there."""
-CUT_WINDOW = 30.0
-"""Seconds before a fault within which a receive counts as still in hand at it."""
+CUT_WINDOW = 10.0
+"""Seconds before a fault within which a receive counts as still in hand at it (a ``none``
+mode receiver handles a message at once after its receive, on the same connection)."""
 CUT_SLACK = 0.5
 """Seconds after a fault's moment a receive may carry (commit time against the driver's
 clock, on the same machine)."""
@@ -77,7 +78,6 @@ class CutAt(msgspec.Struct, frozen=True):
     at: float
     ports: frozenset[int] = frozenset()
     backends: frozenset[int] = frozenset()
-    every_backend: bool = False
 
 
 class Observed(msgspec.Struct, kw_only=True):
@@ -150,8 +150,7 @@ def traced_to_a_cut(receives: list[Receive], cuts: list[CutAt]) -> bool:
         for cut in cuts:
             if not -CUT_SLACK <= cut.at - receive.at <= CUT_WINDOW:
                 continue
-            if (cut.every_backend or receive.backend in cut.backends
-                    or receive.client_port in cut.ports):
+            if receive.backend in cut.backends or receive.client_port in cut.ports:
                 return True
     return False
 

@@ -8,7 +8,7 @@ database (its own connections spared), the server is the run's own.
 Each fault also notes what it cut, so that ``none`` mode's losses can be traced to it
 (:mod:`benchmarks.chaos.checks`): a killed process is first stopped (``SIGSTOP``), the local
 ports of its connections to the server are read, then it is killed; terminated backends are
-noted by pid; a server restart cuts every backend.
+noted by pid; a server restart cuts every backend of the runtime, noted by pid just before.
 """
 
 from __future__ import annotations
@@ -25,14 +25,14 @@ import msgspec
 import psutil
 
 from benchmarks.chaos.ledger import (
-    DRIVER_APPLICATION,
+    RUN_APPLICATIONS,
     TRANSIENT_ERRORS,
     Item,
     LedgeredSender,
     connect,
     poison_item,
+    sql,
 )
-from benchmarks.chaos.observer import OBSERVER_APPLICATION
 from benchmarks.chaos.schedule import Fault, FaultKind, PoisonKind
 from benchmarks.chaos.server import ChaosServer
 from benchmarks.common import progress
@@ -53,8 +53,6 @@ class Cut(msgspec.Struct, frozen=True):
     """Client ports of the killed processes' connections to the server."""
     backends: list[int] = []
     """Pids of the terminated backends."""
-    every_backend: bool = False
-    """The server restarted: every connection was cut."""
     at: float = 0.0
     """Epoch seconds of the cut (the processes stopped, the terminations or the server's
     stop asked for); 0: the fault's own time."""
@@ -172,26 +170,29 @@ class FaultInjector:
         """Terminate a random half (at least one) of the runtime's backends."""
         connection = await connect(self.dsn)
         try:
-            pids = sorted(await connection.fetchval(
-                "SELECT coalesce(array_agg(pid), '{}') FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid() "
-                "AND backend_type = 'client backend' AND application_name <> ALL($1::text[])",
-                [DRIVER_APPLICATION, OBSERVER_APPLICATION]))
+            pids = sorted(await connection.fetchval(sql("runtime_backends"), RUN_APPLICATIONS))
             chosen = self.rng.sample(pids, max(1, len(pids) // 2)) if pids else []
             cut_at = time.time()
-            ended = await connection.fetchval(
-                "SELECT coalesce(array_agg(pid), '{}') FROM unnest($1::int[]) AS chosen(pid) "
-                "WHERE pg_terminate_backend(pid)", chosen)
+            ended = await connection.fetchval(sql("terminate_backends"), chosen)
         finally:
             await connection.close()
         return (f"{len(ended)} of {len(pids)} runtime backends terminated", bool(ended),
                 Cut(backends=sorted(ended), at=cut_at))
 
     async def restart_postgres(self) -> tuple[str, bool, Cut]:
+        """Restart the server; the runtime's backends of the moment are noted as cut."""
+        try:
+            connection = await connect(self.dsn)
+            try:
+                backends = await connection.fetchval(sql("runtime_backends"), RUN_APPLICATIONS)
+            finally:
+                await connection.close()
+        except TRANSIENT_ERRORS as exc:
+            return f"server not restarted: its backends could not be listed ({exc})", False, Cut()
         started, cut_at = time.monotonic(), time.time()
         await asyncio.to_thread(self.server.restart)
         return (f"server stopped (fast) and started in {time.monotonic() - started:.1f} s",
-                True, Cut(every_backend=True, at=cut_at))
+                True, Cut(backends=sorted(backends), at=cut_at))
 
     async def poison_burst(self) -> tuple[str, bool, Cut]:
         ids = [uuid.UUID(int=self.rng.getrandbits(128), version=4)

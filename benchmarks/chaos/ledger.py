@@ -24,6 +24,7 @@ import asyncpg
 import msgspec
 
 from benchmarks.chaos.endpoints import ChaosWork
+from benchmarks.chaos.observer import OBSERVER_APPLICATION
 from benchmarks.chaos.schedule import Fate, PoisonKind
 from endpoint_runtime.messages import Headers, OutgoingMessage, encode_headers
 from endpoint_runtime.outgoing import create_outgoing
@@ -34,6 +35,8 @@ from endpoint_runtime.transport.sql import parse_blocks
 
 DRIVER_APPLICATION = "chaos-driver"
 """``application_name`` of the run's own connections: the backend terminations spare them."""
+RUN_APPLICATIONS = [DRIVER_APPLICATION, OBSERVER_APPLICATION]
+"""The run's own connections (the driver's, the handlers' observers): never the runtime's."""
 SEND_DEADLINE = 180.0
 """Seconds a batch may keep failing (database away) before the run gives up."""
 TRANSIENT_ERRORS = (*QUERY_ERRORS, TimeoutError)

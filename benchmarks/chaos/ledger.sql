@@ -23,7 +23,7 @@ CREATE TABLE IF NOT EXISTS chaos_expired (
     at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS chaos_received (
     message_id uuid NOT NULL, queue text NOT NULL, backend int NOT NULL, client_port int,
-    at timestamptz NOT NULL DEFAULT clock_timestamp());
+    application text NOT NULL, at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE OR REPLACE FUNCTION chaos_note_expired() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO chaos_expired (message_id, queue) VALUES (OLD.id, TG_TABLE_NAME);
@@ -31,8 +31,9 @@ BEGIN
 END $$;
 CREATE OR REPLACE FUNCTION chaos_note_received() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO chaos_received (message_id, queue, backend, client_port)
-    VALUES (OLD.id, TG_TABLE_NAME, pg_backend_pid(), inet_client_port());
+    INSERT INTO chaos_received (message_id, queue, backend, client_port, application)
+    VALUES (OLD.id, TG_TABLE_NAME, pg_backend_pid(), inet_client_port(),
+            current_setting('application_name'));
     RETURN NULL;
 END $$;
 
@@ -87,8 +88,20 @@ SELECT DISTINCT message_id FROM chaos_observed WHERE mode = $1 AND event = 'disc
 SELECT message_id FROM chaos_expired WHERE queue = $1;
 
 -- received --
+-- Receives only: not the deletes of the run's own connections (a planted loss).
 SELECT message_id, backend, client_port, extract(epoch FROM at)::float8 AS at
-FROM chaos_received WHERE queue = $1;
+FROM chaos_received WHERE queue = $1 AND application <> ALL($2::text[]);
+
+-- runtime_backends --
+-- The backends of the runtime (not the run's own connections) in this database.
+SELECT coalesce(array_agg(pid), ARRAY[]::int[]) FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid()
+  AND backend_type = 'client backend' AND application_name <> ALL($1::text[]);
+
+-- terminate_backends --
+-- The pids of $1 whose termination was signalled.
+SELECT coalesce(array_agg(pid), ARRAY[]::int[]) FROM unnest($1::int[]) AS chosen(pid)
+WHERE pg_terminate_backend(pid);
 
 -- error_rows --
 SELECT id, headers FROM {queue};

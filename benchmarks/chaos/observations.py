@@ -11,7 +11,7 @@ import asyncpg
 from benchmarks.chaos.checks import CutAt, Observed, Receive
 from benchmarks.chaos.drivers import FaultRecord
 from benchmarks.chaos.endpoints import ERROR_QUEUE, SINK
-from benchmarks.chaos.ledger import sql
+from benchmarks.chaos.ledger import RUN_APPLICATIONS, sql
 from endpoint_runtime.messages import ErrorHeaders, Headers, decode_headers
 from endpoint_runtime.transport import QueueAddress
 
@@ -39,10 +39,10 @@ async def read_observed(connection: asyncpg.Connection, mode: str, queue: QueueA
         queued.update(ids)
         counts.append(len(ids))
     receives = [Receive(r["message_id"], r["backend"], r["client_port"], r["at"])
-                for r in await connection.fetch(sql("received"), queue.table)]
+                for r in await connection.fetch(sql("received"), queue.table,
+                                                RUN_APPLICATIONS)]
     cuts = [CutAt(at=f.cut.at or f.at, ports=frozenset(f.cut.ports),
-                  backends=frozenset(f.cut.backends), every_backend=f.cut.every_backend)
-            for f in faults if f.injected]
+                  backends=frozenset(f.cut.backends)) for f in faults if f.injected]
     observed = Observed(
         mode=mode, sent=sent, effects=effects, error_queue=error_queue,
         expired={r["message_id"] for r in await connection.fetch(sql("expired"), queue.table)},

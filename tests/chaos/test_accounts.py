@@ -258,7 +258,7 @@ def test_none_mode_may_lose_only_what_a_fault_cut_in_hand() -> None:
                 Receive(too_early, backend=11, client_port=40001, at=100.0 - CUT_WINDOW - 1)]
     cuts = [CutAt(at=100.2, ports=frozenset({40001})),
             CutAt(at=200.5, backends=frozenset({12})),
-            CutAt(at=301.0, every_backend=True)]
+            CutAt(at=301.0, backends=frozenset({13, 15}))]
     accounts = account(ledger.observed(receives=receives, cuts=cuts))
     assert accounts.lost == 5
     assert accounts.lost_traced == 3
