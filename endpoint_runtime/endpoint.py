@@ -8,6 +8,9 @@ Example::
     async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
         await context.send(OrderAccepted(order_id=message.order_id), destination="billing")
 
+The handlers' business tables can be the endpoint's too: ``schema_sql=`` or
+``@endpoint.on_install`` (see :mod:`endpoint_runtime.business_schema`).
+
 Handlers must live in an importable module: receiver actors import the endpoint by its path
 (``package.module:endpoint``), never by pickling closures.
 """
@@ -16,13 +19,14 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar, overload
 
 import asyncpg
 import msgspec
 import structlog
 
+from endpoint_runtime.business_schema import BusinessSchema, InstallHook
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.delayed import DelayedMessageStore, PostgresDelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError
@@ -73,6 +77,10 @@ class Endpoint:
         unrecoverable_exceptions: exception types that go straight to the error queue.
         delayed_store: where delayed messages wait (default: the built-in PostgreSQL store,
             table ``"<endpoint>.delayed"``); any :class:`DelayedMessageStore`.
+        schema_sql: idempotent DDL of the handlers' business tables (``CREATE TABLE IF NOT
+            EXISTS ...``), run by ``endpoint-runtime db install`` and at each start with
+            installers; without installers the tables it creates are checked at start.
+            More with :meth:`on_install`.
     """
 
     def __init__(
@@ -83,6 +91,7 @@ class Endpoint:
         send_only: bool = False,
         unrecoverable_exceptions: tuple[type[BaseException], ...] = (),
         delayed_store: DelayedMessageStore | None = None,
+        schema_sql: str | None = None,
         **overrides: Any,
     ) -> None:
         transport_in_code = _transport_fields_in_code(settings, overrides)
@@ -107,6 +116,8 @@ class Endpoint:
             )
         self.unrecoverable_exceptions = tuple(unrecoverable_exceptions)
         self.registry = HandlerRegistry()
+        self.business_schema = BusinessSchema(name, schema_sql)
+        """The handlers' business tables (:mod:`endpoint_runtime.business_schema`)."""
         self.critical_error_handlers: list[Callable[[str, BaseException], None]] = []
         self.throttling_started_handlers: list[Callable[[], None]] = []
         self.throttling_ended_handlers: list[Callable[[], None]] = []
@@ -202,6 +213,34 @@ class Endpoint:
             limits = RetryLimits(immediate_retries=immediate_retries,
                                  delayed_retries=delayed_retries)
         self.registry.register(handler, message_type, limits)
+
+    # -- business tables ----------------------------------------------------------------------
+
+    @overload
+    def on_install(self, hook: InstallHook) -> InstallHook: ...
+
+    @overload
+    def on_install(
+        self, hook: None = None, *, tables: Iterable[str] = ()
+    ) -> Callable[[InstallHook], InstallHook]: ...
+
+    def on_install(
+        self, hook: InstallHook | None = None, *, tables: Iterable[str] = ()
+    ) -> InstallHook | Callable[[InstallHook], InstallHook]:
+        """Register ``async def hook(connection)``, run after ``schema_sql`` wherever the
+        endpoint's tables are installed (``endpoint-runtime db install``, a start with
+        installers), in the installation's transaction. It must be idempotent.
+
+        Works bare or as ``@endpoint.on_install(tables=["orders"])``: ``tables`` are the
+        tables the hook creates; a start without installers names each one that is missing.
+        The function is returned unchanged.
+        """
+
+        def decorate(fn: InstallHook) -> InstallHook:
+            self.business_schema.add_hook(fn, tables)
+            return fn
+
+        return decorate(hook) if hook is not None else decorate
 
     # -- hooks (run in the receiver and peeker processes) ----------------------------------
 

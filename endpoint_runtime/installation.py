@@ -2,8 +2,10 @@
 
 With ``TransportSettings.installers`` (the default) a deployment creates what is missing at
 start: its queue, the error and audit queues, its delayed-message store, its outbox and the
-subscription table. With ``installers=False`` it runs no DDL at all and only checks that they
-exist, so an endpoint can run under a role that may create nothing (docs/security.md);
+subscription table, then runs the endpoint's business schema (``schema_sql`` and install
+hooks, :mod:`endpoint_runtime.business_schema`). With ``installers=False`` it runs no DDL at
+all and only checks that those tables, and the business tables the endpoint declares, exist,
+so an endpoint can run under a role that may create nothing (docs/security.md);
 :mod:`endpoint_runtime.privileges` writes the grants such a role needs.
 
 Example::
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from endpoint_runtime.business_schema import BusinessSchema
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.outbox import OutboxStorage
@@ -72,8 +75,9 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
 
 async def install(transport: PostgresTransport, endpoint: Endpoint,
                   settings: EndpointSettings) -> None:
-    """Create every table of ``EndpointTables.of(endpoint, settings)`` that is missing
-    (idempotent and safe to run from several processes at once)."""
+    """Create every table of ``EndpointTables.of(endpoint, settings)`` that is missing, then
+    run the endpoint's business schema (idempotent and safe to run from several processes at
+    once)."""
     tables = EndpointTables.of(endpoint, settings)
     for queue in (tables.queue, tables.error_queue, tables.audit_queue):
         if queue is not None:
@@ -85,16 +89,20 @@ async def install(transport: PostgresTransport, endpoint: Endpoint,
             await OutboxStorage.for_settings(endpoint.address, settings).setup(connection)
         if settings.auto_subscribe:
             await subscription_store(settings.transport).setup(connection)
+        await endpoint.business_schema.install(connection)
 
 
 async def check_installed(connection: DatabaseConnection, tables: EndpointTables,
-                          endpoint: str) -> None:
-    """Fail with a :class:`ConfigurationError` naming every table of ``tables`` that does
-    not exist (the check of a deployment without installers; it runs no DDL)."""
+                          endpoint: str, business: BusinessSchema | None = None) -> None:
+    """Fail with a :class:`ConfigurationError` naming every table of ``tables``, and every
+    table ``business`` declares, that does not exist (the check of a deployment without
+    installers; it runs no DDL)."""
     missing = [
         f"{what} {table}" for what, table in tables.named()
         if await connection.fetchval("SELECT to_regclass($1) IS NULL", table.qualified)
     ]
+    if business is not None:
+        missing += [f"business table {table}" for table in await business.missing(connection)]
     if missing:
         raise ConfigurationError(
             f"endpoint {endpoint!r} runs without installers (installers=False) but these "
@@ -110,4 +118,5 @@ async def prepare(transport: PostgresTransport, endpoint: Endpoint,
         await install(transport, endpoint, settings)
         return
     async with transport.pool.acquire() as connection:
-        await check_installed(connection, EndpointTables.of(endpoint, settings), endpoint.name)
+        await check_installed(connection, EndpointTables.of(endpoint, settings), endpoint.name,
+                              endpoint.business_schema)

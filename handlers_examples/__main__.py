@@ -3,11 +3,12 @@
     python -m handlers_examples [--orders 50] [--timeout 120] [--invalid-orders 1]
                                 [--redeliveries 3]
 
-Creates the business tables, starts the six example endpoints on Ray (sales, billing, shipping,
-loyalty, notifications, analytics), sends PlaceOrder messages to sales (plus invalid ones that
-must end in the error queue), waits until every valid order is shipped and has its loyalty
-points, whose deferred expiry reminder was handled too, and its OrderPlaced event reached both
-subscribers, prints a summary and stops the endpoints gracefully.
+Starts the six example endpoints on Ray (sales, billing, shipping, loyalty, notifications,
+analytics; each creates its business tables at start, from its ``schema_sql``), sends
+PlaceOrder messages to sales (plus invalid ones that must end in the error queue), waits
+until every valid order is shipped and has its loyalty points, whose deferred expiry reminder
+was handled too, and its OrderPlaced event reached both subscribers, prints a summary and
+stops the endpoints gracefully.
 Once loyalty has handled every AwardPoints, the client sends a few of them again with their
 original message ids, as a redelivery would: loyalty's outbox must keep them from its handler
 (the summary checks loyalty's and notifications' final counts for that).
@@ -52,7 +53,7 @@ from handlers_examples.messages import (
     PlaceOrder,
     award_points_message_id,
 )
-from handlers_examples.schema import count_rows, create_tables
+from handlers_examples.schema import count_rows
 
 ENDPOINTS = {
     "sales": "handlers_examples.sales:endpoint",
@@ -190,8 +191,6 @@ async def run(args: argparse.Namespace) -> int:
     async with PostgresTransport.connect(settings) as transport:
         # Resolved once (embedded server started if needed); the sender reuses it.
         settings = msgspec.structs.replace(settings, dsn=transport.dsn)
-        async with transport.pool.acquire() as connection:
-            await create_tables(connection)
         client_queue = await transport.create_queue(CLIENT_QUEUE)
         await transport.purge(client_queue)
 

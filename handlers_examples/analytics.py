@@ -9,8 +9,15 @@ from __future__ import annotations
 
 from endpoint_runtime import Endpoint, HandlerContext
 from handlers_examples.messages import OrderPlaced
+from handlers_examples.schema import ORDER_EVENTS
 
-endpoint = Endpoint("analytics", max_concurrency=2, audit_queue="audit")
+endpoint = Endpoint("analytics", max_concurrency=2, audit_queue="audit", schema_sql="""
+    CREATE TABLE IF NOT EXISTS product_sales (
+        product     text PRIMARY KEY,
+        orders      bigint NOT NULL,
+        amount      numeric(14, 2) NOT NULL
+    );
+    """ + ORDER_EVENTS)
 
 
 @endpoint.handler

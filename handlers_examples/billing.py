@@ -15,11 +15,20 @@ import structlog
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
 from handlers_examples.messages import OrderAccepted, OrderBilled, OrderPlaced
+from handlers_examples.schema import ORDER_EVENTS
 
 log = structlog.get_logger("handlers_examples.billing")
 
 endpoint = Endpoint("billing", transaction_mode=TransactionMode.RECEIVE_ONLY, max_concurrency=4,
-                    audit_queue="audit")
+                    audit_queue="audit", schema_sql="""
+    CREATE TABLE IF NOT EXISTS invoices (
+        invoice_id  uuid PRIMARY KEY,
+        order_id    text NOT NULL UNIQUE,
+        customer    text NOT NULL,
+        amount      numeric(12, 2) NOT NULL,
+        billed_at   timestamptz NOT NULL DEFAULT now()
+    );
+    """ + ORDER_EVENTS)
 
 
 @endpoint.handler

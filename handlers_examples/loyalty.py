@@ -47,7 +47,15 @@ REMINDER_DELAY = timedelta(seconds=2)
 completes fast while still showing delayed delivery end to end."""
 
 endpoint = Endpoint("loyalty", transaction_mode=TransactionMode.RECEIVE_ONLY, max_concurrency=4,
-                    audit_queue="audit")
+                    audit_queue="audit", schema_sql="""
+    CREATE TABLE IF NOT EXISTS loyalty_points (
+        order_id       text PRIMARY KEY,
+        customer       text NOT NULL,
+        points         integer NOT NULL CHECK (points >= 0),
+        awarded_at     timestamptz NOT NULL DEFAULT now(),
+        reminded_at    timestamptz
+    );
+    """)
 endpoint.enable_outbox(pessimistic=True)
 
 

@@ -39,6 +39,18 @@ endpoint = Endpoint(
     max_concurrency=4,
     unrecoverable_exceptions=(InvalidOrder,),
     audit_queue="audit",
+    # Its business table, created at start (with installers) or by `endpoint-runtime db
+    # install`; idempotent, as it runs every time.
+    schema_sql="""
+    CREATE TABLE IF NOT EXISTS orders (
+        order_id    text PRIMARY KEY,
+        customer    text NOT NULL,
+        product     text NOT NULL,
+        quantity    integer NOT NULL CHECK (quantity > 0),
+        amount      numeric(12, 2) NOT NULL,
+        accepted_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
 )
 
 

@@ -1,4 +1,10 @@
-"""Business tables of the examples (idempotent, safe to run from several processes at once).
+"""The examples' business tables, and counting their rows.
+
+Each example endpoint owns its tables: its ``Endpoint(..., schema_sql=...)`` creates them
+(``CREATE TABLE IF NOT EXISTS``) when a deployment starts with installers, or when
+``endpoint-runtime db install`` runs; sales has ``orders``, billing ``invoices``, shipping
+``shipments``, loyalty ``loyalty_points``, analytics ``product_sales``. ``order_events`` is
+written by two endpoints, billing and analytics, so both declare it (:data:`ORDER_EVENTS`).
 
 The handlers write these tables through ``context.connection``, i.e. in the transaction that
 received the message (loyalty, which has the outbox: in the business transaction that also
@@ -9,60 +15,15 @@ from __future__ import annotations
 
 import asyncpg
 
-# Concurrent CREATE TABLE IF NOT EXISTS can still collide on pg_type; one lock serialises it.
-_LOCK_KEY = 0x6578616D_706C6573  # "examples"
-
-TABLES = ("orders", "invoices", "shipments", "loyalty_points", "order_events", "product_sales")
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS orders (
-    order_id    text PRIMARY KEY,
-    customer    text NOT NULL,
-    product     text NOT NULL,
-    quantity    integer NOT NULL CHECK (quantity > 0),
-    amount      numeric(12, 2) NOT NULL,
-    accepted_at timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS invoices (
-    invoice_id  uuid PRIMARY KEY,
-    order_id    text NOT NULL UNIQUE,
-    customer    text NOT NULL,
-    amount      numeric(12, 2) NOT NULL,
-    billed_at   timestamptz NOT NULL DEFAULT now()
-);
-CREATE TABLE IF NOT EXISTS shipments (
-    shipment_id uuid PRIMARY KEY,
-    order_id    text NOT NULL UNIQUE,
-    carrier     text NOT NULL,
-    shipped_at  timestamptz NOT NULL DEFAULT now()
-);
+ORDER_EVENTS = """
 CREATE TABLE IF NOT EXISTS order_events (
     endpoint    text NOT NULL,
     order_id    text NOT NULL,
     received_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (endpoint, order_id)
 );
-CREATE TABLE IF NOT EXISTS product_sales (
-    product     text PRIMARY KEY,
-    orders      bigint NOT NULL,
-    amount      numeric(14, 2) NOT NULL
-);
-CREATE TABLE IF NOT EXISTS loyalty_points (
-    order_id       text PRIMARY KEY,
-    customer       text NOT NULL,
-    points         integer NOT NULL CHECK (points >= 0),
-    awarded_at     timestamptz NOT NULL DEFAULT now(),
-    reminded_at    timestamptz
-);
 """
-
-
-async def create_tables(connection: asyncpg.Connection) -> None:
-    """Create ``orders``, ``invoices``, ``shipments`` and ``loyalty_points`` if they do not
-    exist yet."""
-    async with connection.transaction():
-        await connection.execute("SELECT pg_advisory_xact_lock($1)", _LOCK_KEY)
-        await connection.execute(_DDL)
+"""The OrderPlaced events each subscriber (billing, analytics) handled, one row per order."""
 
 
 async def count_rows(

@@ -29,6 +29,14 @@ endpoint = Endpoint(
     batch_size=10,
     max_concurrency=4,
     audit_queue="audit",
+    schema_sql="""
+    CREATE TABLE IF NOT EXISTS shipments (
+        shipment_id uuid PRIMARY KEY,
+        order_id    text NOT NULL UNIQUE,
+        carrier     text NOT NULL,
+        shipped_at  timestamptz NOT NULL DEFAULT now()
+    );
+    """,
 )
 
 

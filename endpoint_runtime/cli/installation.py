@@ -31,15 +31,18 @@ def add_parsers(
     installing = db_commands.add_parser(
         "install", parents=[common], help="create an endpoint's queues and tables (DDL)",
         description="Create what a deployment of the endpoint uses (its queue, error and audit "
-        "queues, delayed store, outbox, subscription table) when missing, as the connecting "
-        "role; then endpoints may run with ENDPOINT_RUNTIME_INSTALLERS=false and no DDL rights.")
+        "queues, delayed store, outbox, subscription table) when missing, and run its business "
+        "schema (schema_sql, install hooks), as the connecting role; then endpoints may run "
+        "with ENDPOINT_RUNTIME_INSTALLERS=false and no DDL rights. Idempotent; not a "
+        "migration tool.")
     installing.add_argument("endpoint", metavar="MODULE:ATTR")
     installing.set_defaults(handler=db_install)
     grants = db_commands.add_parser(
         "grants", parents=[common], help="print the GRANTs a role needs to run an endpoint",
         description="Print GRANT statements that let ROLE run the endpoint (no CREATE, no "
         "ownership), and the row-level security that lets it change only its own "
-        "subscriptions; grants on the handlers' business tables are yours to add.")
+        "subscriptions; grants on the handlers' business tables (even those the endpoint "
+        "declares) are yours to add.")
     grants.add_argument("endpoint", metavar="MODULE:ATTR")
     grants.add_argument("--role", required=True, help="the endpoint's database role")
     grants.add_argument("--sends-to", action="append", default=[], metavar="QUEUE",
@@ -63,6 +66,8 @@ async def db_install(args: argparse.Namespace, settings: TransportSettings) -> i
         await install(transport, endpoint, endpoint_config)
     for what, table in EndpointTables.of(endpoint, endpoint_config).named():
         print(printable(f"{what}: {table}"))
+    for name in endpoint.business_schema.tables:
+        print(printable(f"business table: {name}"))
     return EXIT_OK
 
 
