@@ -25,6 +25,12 @@ header): never by its age, which says nothing (writes through the memory map do 
 tmpfs file's mtime), so a receiver starting between a death and the peeker's read cannot take
 the dead one's record away.
 
+The peeker's counts outlive it on its node: it keeps them in a :class:`DeathTally` file (one
+per endpoint and database, in the same directory), written whenever they change and read by
+the next peeker of the endpoint that starts on that node (a restart after the peeker was
+lost, a later deployment). A peeker that starts on another node starts from zero; several
+deployments of one endpoint on one node share the file, the last to write wins.
+
 Only the messages whose handlers were running count: the other rows of a batch, or messages
 waiting for their commit, are not suspects. A message in flight beside the culprit is
 counted too; it would need to be beside it at three deaths to go to the error queue.
@@ -41,6 +47,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import mmap
 import os
 import stat
@@ -51,6 +58,7 @@ import uuid
 from pathlib import Path
 from typing import Protocol, TypeVar
 
+import msgspec
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -77,6 +85,9 @@ STALE_SECONDS = 600.0
 """A ledger whose process was found gone this long ago and that nobody read meanwhile is
 removed (the peeker reads a dead receiver's ledger within a peek cycle; this is for whole
 clusters stopped)."""
+TALLY_STALE_SECONDS = 86_400.0
+"""A peeker's :class:`DeathTally` that nobody wrote for this long is removed (written with
+``write``, its mtime is the last change)."""
 
 class _Identified(Protocol):
     @property
@@ -195,12 +206,20 @@ def remove_stale_ledgers(
     :data:`STALE_SECONDS` ago (left by receivers killed with their whole cluster); returns how
     many. A ledger whose process is found gone for the first time gets the time stamped into
     its header instead, so that the peeker has that long to read it. Cheap: a directory
-    listing and a header read per ledger, at each receiver start."""
+    listing and a header read per ledger, at each receiver start. Peekers' tallies nobody
+    wrote for :data:`TALLY_STALE_SECONDS` go too."""
     now = time.time() if now is None else now
     removed = 0
     for path in directory.glob(f"{LEDGER_PREFIX}*.ledger"):
         with contextlib.suppress(OSError, ValueError, NotALedgerError):
             if _stale(path, now):
+                path.unlink()
+                removed += 1
+    for path in directory.glob(f"{LEDGER_PREFIX}*.deaths"):
+        with contextlib.suppress(OSError):
+            info = path.lstat()
+            if (stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid()
+                    and now - info.st_mtime >= TALLY_STALE_SECONDS):
                 path.unlink()
                 removed += 1
     return removed
@@ -297,6 +316,77 @@ class DeathCounts:
 
     def snapshot(self) -> dict[uuid.UUID, str]:
         return dict(self.doomed)
+
+    def saved(self) -> TallyRecord:
+        """What :class:`DeathTally` keeps of these counts."""
+        return TallyRecord(deaths=[(i.bytes, n) for i, n in self._deaths.items()],
+                           doomed=[(i.bytes, reason) for i, reason in self.doomed.items()])
+
+    def restore(self, record: TallyRecord) -> None:
+        """Take the counts a previous peeker saved (these counts start empty)."""
+        for raw, deaths in record.deaths[-self._capacity:]:
+            self._deaths[uuid.UUID(bytes=raw)] = deaths
+        for raw, reason in record.doomed[-self._doomed_capacity:]:
+            self.doomed[uuid.UUID(bytes=raw)] = reason
+        if self.doomed:
+            self.version += 1
+
+
+class TallyRecord(msgspec.Struct, frozen=True):
+    deaths: list[tuple[bytes, int]]
+    doomed: list[tuple[bytes, str]]
+
+
+class DeathTally:
+    """A peeker's :class:`DeathCounts` in a node-local file, so that they outlive the peeker.
+
+    Written whole (a new file renamed over the old one: never through a symlink) each time
+    the counts change, which is rare (a receiver death, a doomed message settled); read by
+    the next peeker of the same endpoint and database on this node.
+
+    Example::
+
+        tally = DeathTally.of(dsn, '"public"."sales"')
+        deaths = tally.load()
+        ...
+        tally.save(deaths)
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    @classmethod
+    def of(cls, dsn: str, queue: str, directory: Path = LEDGER_DIRECTORY) -> DeathTally:
+        """The tally of the endpoint whose queue is ``queue`` in the database of ``dsn`` (only
+        a digest of both names the file)."""
+        digest = hashlib.sha256(f"{dsn}\n{queue}".encode()).hexdigest()[:24]
+        return cls(directory / f"{LEDGER_PREFIX}{digest}.deaths")
+
+    def load(self) -> DeathCounts:
+        """The saved counts; empty when there are none or they cannot be read."""
+        counts = DeathCounts()
+        with contextlib.suppress(OSError, NotALedgerError, msgspec.DecodeError, ValueError):
+            counts.restore(msgspec.msgpack.decode(_read_own(self.path), type=TallyRecord))
+        return counts
+
+    def save(self, counts: DeathCounts) -> None:
+        """Replace the saved counts with ``counts`` (none left: the file goes)."""
+        record = counts.saved()
+        if not record.deaths and not record.doomed:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+            return
+        temporary = self.path.with_name(f"{self.path.name}.{os.getpid()}.{uuid.uuid4().hex}")
+        fd = os.open(temporary,
+                     os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                file.write(msgspec.msgpack.encode(record))
+            os.replace(temporary, self.path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                temporary.unlink()
+            raise
 
 
 class DoomedMessages:

@@ -24,7 +24,7 @@ from endpoint_runtime.actors import scaling
 from endpoint_runtime.actors.background import BackgroundWork
 from endpoint_runtime.actors.crash_ledger import (
     MAX_RECEIVER_DEATHS,
-    DeathCounts,
+    DeathTally,
     ledger_path,
     read_ledger_on_node,
 )
@@ -78,7 +78,11 @@ class Peeker:
         self.critical_error: str | None = None
         self.last_critical_error: str | None = None
         self._halted = False
-        self._deaths = DeathCounts()
+        # The counts of the endpoint's previous peeker on this node, if any: a peeker lost
+        # and restarted does not give a message that kills receivers three more deaths.
+        self._tally = DeathTally.of(config.settings.transport.dsn or "",
+                                    config.address.qualified)
+        self._deaths = self._tally.load()
         # Peeks fail when the database is away even while no receiver tries to receive: as
         # the original's peek circuit breaker, this one raises the critical error then.
         self._peek_breaker = CircuitBreaker(
@@ -210,6 +214,7 @@ class Peeker:
                 handle.doomed_version = version
                 if result.settled_doomed:
                     self._deaths.settle(result.settled_doomed)
+                    self._save_deaths()
                 if result.critical_errors > handle.critical_errors_seen:
                     # Each new one, even if it is over already (a short outage).
                     handle.critical_errors_seen = result.critical_errors
@@ -255,6 +260,15 @@ class Peeker:
             log.error("receiver_died_handling_message", native_id=str(native_id),
                       receiver=handle.receiver_id, deaths=deaths,
                       to_error_queue=deaths >= MAX_RECEIVER_DEATHS)
+        if native_ids:
+            self._save_deaths()
+
+    def _save_deaths(self) -> None:
+        try:
+            self._tally.save(self._deaths)
+        except OSError as exc:  # the counts still hold in memory
+            log.warning("death_tally_unwritable", path=str(self._tally.path),
+                        error=f"{type(exc).__name__}: {exc}"[:500])
 
     async def _scale_to(self, wanted: int) -> None:
         while len(self._receivers) > wanted:

@@ -123,3 +123,33 @@ def test_death_counts_doom_at_the_limit_and_forget_settled_ids() -> None:
 
 def _message(native_id: uuid.UUID) -> TransportMessage:
     return TransportMessage(native_id=native_id, seq=0, headers={}, raw_headers="{}", body=b"")
+
+
+async def test_a_restarted_peeker_keeps_the_deaths_counted_before(
+    deployer: Deployer, transport: PostgresTransport
+) -> None:
+    """Two deaths under the first peeker, then the peeker is lost and restarted: the third
+    death, under the new one, sends the message to the error queue. Before the counts were
+    kept (a tally file on the node), a restarted peeker counted from zero: three more deaths
+    for every peeker lost."""
+    await transport.pool.execute("CREATE TABLE handled (key text)")
+    await transport.create_queue("crashing")
+    killer = create_outgoing(Work("killer", behaviour="die"))
+    await transport.send("crashing", killer)
+    # A slow peek cycle: a death is counted at the cycle after it, so the test restarts the
+    # peeker well before a third one.
+    deployment = await deployer.start("crashing", module=MODULE, peek_delay=2.0)
+    await wait_for_status(deployment, lambda s: s.replaced_receivers >= 2, timeout=120,
+                          what="two receiver deaths")
+    await deployment.restart()  # as after the peeker's loss
+    assert await transport.depth("error") == 0, "the third death came before the restart"
+
+    async def in_error_queue() -> bool:
+        return await transport.depth("error") >= 1
+
+    await wait_for(in_error_queue, timeout=120, what="the killer message in the error queue")
+    status = await fresh_status(deployment)
+    assert status.replaced_receivers <= 1, status_line(status)  # the new peeker's deaths
+    [failed] = await list_failed(transport)
+    assert str(failed.message.native_id) == killer.message_id
+    assert "died 3 times" in failed.message.headers[ErrorHeaders.MESSAGE]

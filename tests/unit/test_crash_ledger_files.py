@@ -13,9 +13,13 @@ import pytest
 
 from endpoint_runtime.actors.crash_ledger import (
     LEDGER_PREFIX,
+    MAX_RECEIVER_DEATHS,
     RECORD_SIZE,
     STALE_SECONDS,
+    TALLY_STALE_SECONDS,
     CrashLedger,
+    DeathCounts,
+    DeathTally,
     NotALedgerError,
     read_ledger,
     remove_stale_ledgers,
@@ -113,3 +117,52 @@ def test_another_users_ledger_is_neither_read_nor_removed(tmp_path: Path) -> Non
     remove_stale_ledgers(now=now, directory=tmp_path)
     assert remove_stale_ledgers(now=now + 100 * STALE_SECONDS, directory=tmp_path) == 0
     assert path.exists()
+
+
+def test_a_death_tally_brings_the_counts_to_the_next_peeker(tmp_path: Path) -> None:
+    tally = DeathTally.of("postgresql://h/db", '"public"."sales"', directory=tmp_path)
+    assert tally.load().snapshot() == {}  # nothing saved yet
+    twice, doomed = uuid.uuid4(), uuid.uuid4()
+    counts = DeathCounts()
+    counts.count(twice, "r1")
+    counts.count(twice, "r2")
+    for n in range(MAX_RECEIVER_DEATHS):
+        counts.count(doomed, f"r{n}")
+    tally.save(counts)
+
+    restored = tally.load()  # the next peeker
+    assert restored.snapshot() == counts.snapshot()
+    assert restored.version > 0  # its receivers get the doomed ids
+    assert restored.count(twice, "r3") == MAX_RECEIVER_DEATHS
+    # Another endpoint, or the same in another database, has a tally of its own.
+    assert DeathTally.of("postgresql://h/other", '"public"."sales"',
+                         directory=tmp_path).path != tally.path
+
+    restored.settle([twice, doomed])
+    tally.save(restored)
+    assert not tally.path.exists()  # nothing left to keep
+
+
+def test_a_death_tally_writes_no_symlink_target_and_reads_none(tmp_path: Path) -> None:
+    tally = DeathTally.of("postgresql://h/db", '"public"."sales"', directory=tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    tally.path.symlink_to(victim)
+    assert tally.load().snapshot() == {}  # not followed
+    counts = DeathCounts()
+    counts.count(uuid.uuid4(), "r1")
+    tally.save(counts)  # replaces the link itself
+    assert victim.read_bytes() == b"precious"
+    assert not tally.path.is_symlink()
+    assert len(tally.load().saved().deaths) == 1
+
+
+def test_a_tally_nobody_wrote_for_a_day_is_removed(tmp_path: Path) -> None:
+    tally = DeathTally.of("postgresql://h/db", '"public"."sales"', directory=tmp_path)
+    counts = DeathCounts()
+    counts.count(uuid.uuid4(), "r1")
+    tally.save(counts)
+    assert remove_stale_ledgers(directory=tmp_path) == 0
+    assert remove_stale_ledgers(now=time.time() + TALLY_STALE_SECONDS + 1,
+                                directory=tmp_path) == 1
+    assert not tally.path.exists()
