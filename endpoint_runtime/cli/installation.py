@@ -76,4 +76,8 @@ async def db_grants(args: argparse.Namespace, settings: TransportSettings) -> in
     for statement in endpoint_grants(endpoint, endpoint_settings(endpoint, args), args.role,
                                      sends_to=args.sends_to, database=args.database):
         print(printable(statement))
+    if endpoint.business_schema.tables:  # a reminder, as an SQL comment: psql skips it
+        print(printable("-- not granted here: the business tables the endpoint declares ("
+                        + ", ".join(endpoint.business_schema.tables)
+                        + "); grant the role what its handlers do with them"))
     return EXIT_OK

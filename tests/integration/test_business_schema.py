@@ -97,3 +97,17 @@ def test_wrong_schema_sql_names_the_endpoint_and_the_error(
     assert "business schema of endpoint 'bs_typo' failed: UndefinedObjectError" in outcome.err, \
         outcome.err
     assert 'type "innt" does not exist' in outcome.err, outcome.err
+
+
+def test_db_grants_grants_nothing_on_business_tables_and_says_so(
+    installing: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = run_cli(capsys, "db", "grants", f"{MODULE}:with_sql", "--role", "sales_app")
+
+    assert outcome.code == 0, outcome
+    lines = outcome.out.splitlines()
+    assert not [line for line in lines if schema_endpoints.ORDERS in line
+                and not line.startswith("--")], lines
+    assert lines[-1] == ("-- not granted here: the business tables the endpoint declares "
+                         f"({schema_endpoints.ORDERS}); grant the role what its handlers do "
+                         "with them"), lines
