@@ -32,9 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 MESSAGES = 2_000
 POISON_PER_KIND = 10
 PLANTED = 3
-PLANTED_MODE = "receive_only"
-"""Its duplicate effects are checked since issue 26 (its business writes commit with the
-receive); the planted duplicates show that check can fail."""
+PLANTED_MODE = "none"
+"""The mode whose loss check is the subtlest: it may lose messages by design, only those a
+fault cut in hand (traced through the receive trigger); a message deleted behind its back
+must still fail it. Its duplicate effects (at most once) are checked as in every mode."""
 CI_ARGS = ["--messages", str(MESSAGES), "--stream-seconds", "20", "--kill-interval", "3",
            "--poison-per-kind", str(POISON_PER_KIND), "--drain-timeout", "180", "--quick",
            "--plant-loss", str(PLANTED), "--plant-duplicate", str(PLANTED),
@@ -62,8 +63,7 @@ def chaos_result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_every_message_is_accounted_for(chaos_result: dict[str, Any], mode: str) -> None:
     result = chaos_result["modes"][mode]
     planted = mode == PLANTED_MODE
-    lost = PLANTED if planted else 0
-    expected_failures = ["duplicate_effects == 0", "lost == 0"] if planted else []
+    expected_failures = ["duplicate_effects == 0", "lost == lost_traced"] if planted else []
     assert result["failed_checks"] == expected_failures, (result, chaos_result["stderr_tail"])
     assert result["sent"] == MESSAGES + POISON_PER_KIND * len(PoisonKind), result
     assert result["sent"] == (result["handled"] + result["error_queue"] + result["expired"]
@@ -72,9 +72,9 @@ def test_every_message_is_accounted_for(chaos_result: dict[str, Any], mode: str)
     assert result["expired"] == POISON_PER_KIND, result
     assert result["left_in_queue"] == result["left_in_delayed"] == 0, result
     if mode == "none":  # at most once: only messages in hand when a fault cut them
-        assert result["lost"] == result["lost_traced"], result
+        assert result["lost"] == result["lost_traced"] + (PLANTED if planted else 0), result
     else:
-        assert result["lost"] == lost, result
+        assert result["lost"] == 0, result
         assert result["lost_sends"] == 0, result
     assert result["duplicate_effects"] == (PLANTED if planted else 0), result
     if mode in ("atomic", "batched", "outbox"):
@@ -87,7 +87,8 @@ def test_the_planted_faults_fail_their_checks_naming_the_planted_ids(
     result = chaos_result["modes"][PLANTED_MODE]
     planted = result["planted"]
     assert len(planted["loss"]) == len(planted["duplicate"]) == PLANTED, result
-    assert result["lost_ids"] == result["untraced_lost_ids"] == planted["loss"], result
+    assert result["untraced_lost_ids"] == planted["loss"], result
+    assert set(planted["loss"]) <= set(result["lost_ids"]), result
     assert result["duplicate_ids"] == planted["duplicate"], result
     assert not result["ok"], result
 
