@@ -58,22 +58,29 @@ class ChaosServer:
     def create(cls, port: int) -> ChaosServer:
         """initdb in a fresh temporary directory, then start the server on ``port``."""
         server = cls(Path(tempfile.mkdtemp(prefix="er-chaos-pg-", dir="/tmp")), port)
+        try:
+            server._initialize()
+        except BaseException:
+            server.destroy()  # a server that never started leaves no directory behind
+            raise
+        return server
+
+    def _initialize(self) -> None:
         if os.geteuid() == 0:
             account = pwd.getpwnam(SYSTEM_USER)
-            os.chown(server.directory, account.pw_uid, account.pw_gid)
-            binaries = server.binaries
+            os.chown(self.directory, account.pw_uid, account.pw_gid)
+            binaries = self.binaries
             if not _can_run(binaries / "initdb", SYSTEM_USER):
-                server.binaries = _copy_installation(binaries.parent, server.directory)
+                self.binaries = _copy_installation(binaries.parent, self.directory)
                 progress(f"chaos: the {SYSTEM_USER} user cannot run {binaries} (a directory "
                          f"above it is closed to other users); running a copy in "
-                         f"{server.binaries}")
-        server._run("initdb", "-D", str(server.data), "-U", "postgres", "--auth=trust",
-                    "--no-sync", "-E", "UTF8")
-        with (server.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
+                         f"{self.binaries}")
+        self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                  "--no-sync", "-E", "UTF8")
+        with (self.data / "postgresql.conf").open("a", encoding="utf-8") as conf:
             conf.writelines(f"{name} = '{value}'\n" for name, value in SETTINGS.items())
-            conf.write(f"port = {port}\nunix_socket_directories = '{server.directory}'\n")
-        server.start()
-        return server
+            conf.write(f"port = {self.port}\nunix_socket_directories = '{self.directory}'\n")
+        self.start()
 
     def _run(self, program: str, *args: str) -> None:
         user = SYSTEM_USER if os.geteuid() == 0 else None
@@ -99,7 +106,7 @@ class ChaosServer:
         """Stop the server (at once) and remove its directory."""
         try:
             self.stop("immediate")
-        except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        except (RuntimeError, subprocess.TimeoutExpired, OSError) as exc:
             progress(f"chaos: stopping the run's PostgreSQL: {exc}")
         shutil.rmtree(self.directory, ignore_errors=True)
 

@@ -14,8 +14,8 @@ import pytest
 from benchmarks.chaos import server
 from tests.cluster.nodes import free_port
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the server's system user is "
-                                "only used when the run is root")
+AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="the server's system user is only "
+                             "used when the run is root")
 
 
 def _closed_installation(directory: Path) -> Path:
@@ -31,6 +31,7 @@ def _closed_installation(directory: Path) -> Path:
     return site / "pgserver" / "pginstall" / "bin"
 
 
+@AS_ROOT
 def test_a_root_run_starts_its_server_from_binaries_its_user_cannot_reach(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     closed = _closed_installation(tmp_path / "closed")
@@ -52,3 +53,14 @@ def test_a_root_run_starts_its_server_from_binaries_its_user_cannot_reach(
     finally:
         chaos_server.destroy()
     assert not chaos_server.directory.exists()
+
+
+def test_a_server_that_cannot_start_leaves_no_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = tmp_path / "server"
+    directory.mkdir()
+    monkeypatch.setattr(server, "BIN", tmp_path / "no-such-installation" / "bin")
+    monkeypatch.setattr(server.tempfile, "mkdtemp", lambda **_: str(directory))
+    with pytest.raises(OSError, match="no-such-installation"):
+        server.ChaosServer.create(free_port())
+    assert not directory.exists()
