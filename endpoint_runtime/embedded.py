@@ -1,18 +1,32 @@
 """Where the PostgreSQL server comes from, and the embedded one when none is given.
 
 Order: an explicit DSN (setting), ``ENDPOINT_RUNTIME_DSN``, libpq ``PG*`` variables, else an
-embedded PostgreSQL (the ``pgserver`` wheel) in ``ENDPOINT_RUNTIME_DATA_DIR`` (default
-``.endpoint_runtime/pgdata`` under the current directory). The embedded server keeps running
-after the process ends so the next run reuses it; ``endpoint-runtime db stop`` stops it.
+embedded PostgreSQL (the ``pgserver`` wheel) in the ``pgdata`` directory of the data directory
+(:func:`locate_data_dir`): one per user, whatever directory a command runs in, so that every
+command of a user reaches the same database. The embedded server keeps running after the
+process ends so the next command reuses it; the process that starts it says so once on stderr;
+``endpoint-runtime db stop`` stops it.
+
+As root, PostgreSQL runs as the wheel's ``pgserver`` system user (``initdb`` refuses root),
+which must be able to enter the data directory: root's default is therefore outside its home
+(``/var/lib/endpoint-runtime``), and a data directory below a directory closed to other users
+(``/root``, mode 0700) is refused rather than opened up (the wheel would ``chmod o+rx`` every
+directory above it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
+import stat
 import subprocess
+import sys
+import warnings
+from collections.abc import Mapping
 from pathlib import Path
+from types import ModuleType
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import structlog
@@ -23,6 +37,10 @@ log = structlog.get_logger(__name__)
 
 LIBPQ_VARIABLES = ("PGHOST", "PGPORT", "PGDATABASE", "PGUSER", "PGPASSWORD", "PGSERVICE")
 EMBEDDED_MAX_CONNECTIONS = 400
+DATA_DIR_VARIABLE = "ENDPOINT_RUNTIME_DATA_DIR"
+DATA_DIR_NAME = "endpoint-runtime"
+ROOT_DATA_DIR = Path("/var/lib") / DATA_DIR_NAME
+"""Root's default: its home is closed to the ``pgserver`` user the server runs as."""
 
 # A keyword DSN's settings: key = value, the value bare or in single quotes (in which \\ escapes
 # the next character; an unterminated quote runs to the end).
@@ -67,8 +85,49 @@ class RedactedDsn(str):
         return repr(redact_dsn(str(self)))
 
 
+def locate_data_dir(environ: Mapping[str, str], *, uid: int, home: Path) -> Path:
+    """Where the embedded server's files live (its ``pgdata`` below), by these rules:
+
+    1. ``ENDPOINT_RUNTIME_DATA_DIR`` when set (a relative path is taken from the current
+       directory by :func:`data_dir`);
+    2. ``$XDG_DATA_HOME/endpoint-runtime`` when ``XDG_DATA_HOME`` is an absolute path;
+    3. root (``uid`` 0): ``/var/lib/endpoint-runtime``, which the ``pgserver`` user can enter;
+    4. anyone else: ``~/.local/share/endpoint-runtime`` (``home`` is ``~``).
+
+    Pure: the environment, the user id and the home directory are given.
+
+    Example::
+
+        locate_data_dir({}, uid=1000, home=Path("/home/ada"))
+        # PosixPath('/home/ada/.local/share/endpoint-runtime')
+    """
+    chosen = environ.get(DATA_DIR_VARIABLE)
+    if chosen:
+        return Path(chosen)
+    xdg_data_home = environ.get("XDG_DATA_HOME")
+    if xdg_data_home and Path(xdg_data_home).is_absolute():
+        return Path(xdg_data_home) / DATA_DIR_NAME
+    if uid == 0:
+        return ROOT_DATA_DIR
+    return home / ".local" / "share" / DATA_DIR_NAME
+
+
 def data_dir() -> Path:
-    return Path(os.environ.get("ENDPOINT_RUNTIME_DATA_DIR", ".endpoint_runtime")).resolve()
+    """This process's data directory (:func:`locate_data_dir`), as an absolute path."""
+    return locate_data_dir(os.environ, uid=os.geteuid(), home=Path.home()).resolve()
+
+
+def closed_directory_above(path: Path) -> Path | None:
+    """The first existing directory above ``path`` that other users cannot enter (no ``o+x``),
+    or ``None``: as root, the server's own user must pass through each of them."""
+    for parent in reversed(path.parents):
+        try:
+            mode = parent.stat().st_mode
+        except FileNotFoundError:
+            return None  # what does not exist yet is made by us, open (_make_directories)
+        if not mode & stat.S_IXOTH:
+            return parent
+    return None
 
 
 def resolve_dsn(dsn: str | None = None) -> str:
@@ -94,11 +153,20 @@ def start_embedded(directory: Path | None = None) -> str:
 @functools.cache
 def _start_embedded(pgdata: Path) -> str:
     """Once per process and data directory; the server itself outlives the process."""
-    import pgserver  # imported late: only needed when no server is given
-
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    as_root = os.geteuid() == 0
+    closed = closed_directory_above(pgdata) if as_root else None
+    if closed is not None:
+        raise DatabaseUnavailableError(
+            f"the embedded PostgreSQL cannot use {pgdata}: as root it runs as the "
+            f"'pgserver' user, which cannot enter {closed} (closed to other users); set "
+            f"{DATA_DIR_VARIABLE} to a directory it can reach (root's default is "
+            f"{ROOT_DATA_DIR}) or ENDPOINT_RUNTIME_DSN to a server of your own"
+        )
+    pgserver = import_pgserver()  # imported late: only needed when no server is given
+    was_running = _postmaster_running(pgdata)
     try:
-        server = pgserver.get_server(pgdata, cleanup_mode=None)  # type: ignore[attr-defined]
+        _make_directories(pgdata.parent, open_to_others=as_root)
+        server = pgserver.get_server(pgdata, cleanup_mode=None)
         _ensure_capacity(server, pgdata)
     except Exception as exc:
         raise DatabaseUnavailableError(
@@ -106,12 +174,60 @@ def _start_embedded(pgdata: Path) -> str:
             "set ENDPOINT_RUNTIME_DSN to use a server of your own"
         ) from exc
     uri: str = server.get_uri()
+    if not was_running:
+        _announce_start(pgdata)
     log.info("embedded_postgres", data_dir=str(pgdata), dsn=redact_dsn(uri))
     return uri
 
 
+def import_pgserver() -> ModuleType:
+    """The ``pgserver`` module, imported without platformdirs' warning that
+    ``XDG_RUNTIME_DIR`` is unset (it is, outside a login session: containers, cron, CI); the
+    wheel then keeps its lock file in ``/tmp/runtime-<uid>``, as with the variable set so."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        import pgserver
+    return pgserver
+
+
+def _make_directories(directory: Path, *, open_to_others: bool) -> None:
+    """Create ``directory`` and the missing ones above it; as root, each one it creates is
+    made enterable by the server's own user (``0755``, whatever the umask)."""
+    missing = [directory, *directory.parents]
+    for path in reversed(missing):
+        if path.exists():
+            continue
+        path.mkdir(exist_ok=True)
+        if open_to_others:
+            path.chmod(0o755)
+
+
+def _postmaster_running(pgdata: Path) -> bool:
+    """Whether ``pgdata``'s ``postmaster.pid`` names a live process."""
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by another user
+    return True
+
+
+def _announce_start(pgdata: Path) -> None:
+    """Say once, on stderr, that this process started a server that outlives it."""
+    with contextlib.suppress(ValueError, OSError):  # closed or broken stream
+        print(f"endpoint-runtime: started the embedded PostgreSQL in {pgdata}; it keeps "
+              "running for later commands (endpoint-runtime db stop stops it)",
+              file=sys.stderr, flush=True)
+
+
 def stop_embedded(directory: Path | None = None) -> bool:
     """Stop the embedded server if it runs; returns whether one was running."""
+    import_pgserver()
     from pgserver import _commands
 
     pgdata = (directory or data_dir()) / "pgdata"

@@ -1,6 +1,8 @@
 """Shared fixtures: one PostgreSQL server per test session, one database per test.
 
-The server is ``ENDPOINT_RUNTIME_DSN`` when set, otherwise the embedded one. A template
+The server is ``ENDPOINT_RUNTIME_DSN`` when set, otherwise an embedded one of the tests' own,
+in the checkout's ``.endpoint_runtime/`` (never the user's per-user server: the suite sets
+``ENDPOINT_RUNTIME_DATA_DIR`` for itself and every command and Ray worker it starts). A template
 database is built once per session (``CREATE DATABASE ... TEMPLATE``) and cloned per test, so
 each test starts from the same known state and tests never see each other's rows.
 """
@@ -11,6 +13,7 @@ import asyncio
 import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -21,6 +24,10 @@ from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import quote_identifier
 
 _counter = itertools.count()
+
+TESTS_DATA_DIR = Path(__file__).resolve().parent.parent / ".endpoint_runtime"
+"""The suite's own embedded server, whatever ENDPOINT_RUNTIME_DATA_DIR the shell had."""
+os.environ["ENDPOINT_RUNTIME_DATA_DIR"] = str(TESTS_DATA_DIR)
 
 
 async def _admin(dsn: str, *statements: str) -> None:

@@ -14,7 +14,8 @@ Example::
 
 Every command reads :class:`~endpoint_runtime.settings.TransportSettings` from the ``[transport]``
 table of ``--config FILE`` (optional) and the ``ENDPOINT_RUNTIME_*`` environment, so
-``ENDPOINT_RUNTIME_DSN`` picks the server; without one the embedded PostgreSQL is used. Errors
+``ENDPOINT_RUNTIME_DSN`` picks the server; without one the user's embedded PostgreSQL is used
+(the same one from every directory: :func:`endpoint_runtime.embedded.data_dir`). Errors
 of the runtime (:class:`~endpoint_runtime.errors.EndpointRuntimeError`) print one line on stderr
 and exit with status 2.
 
@@ -57,7 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run message endpoints on PostgreSQL queue tables and Ray, send messages, "
         "manage queues and the error queue.",
         epilog="Settings: [transport] table of --config, ENDPOINT_RUNTIME_* variables "
-        "(ENDPOINT_RUNTIME_DSN picks the server; without one an embedded PostgreSQL starts).",
+        "(ENDPOINT_RUNTIME_DSN picks the server; without one, the user's embedded PostgreSQL, "
+        "in ENDPOINT_RUNTIME_DATA_DIR, else $XDG_DATA_HOME/endpoint-runtime, else "
+        "~/.local/share/endpoint-runtime; /var/lib/endpoint-runtime for root).",
     )
     parser.add_argument("--config", metavar="FILE", default=None,
                         help="TOML settings file (its [transport] table is read)")

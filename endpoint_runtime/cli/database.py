@@ -2,7 +2,8 @@
 
 ``db url`` prints the DSN (password redacted unless ``--show-password``), ``db psql`` opens psql
 on it (the embedded server's own psql when none is on ``PATH``), ``db stop`` stops the embedded
-PostgreSQL (it outlives each run). ``db install`` and ``db grants`` are in
+PostgreSQL (it outlives each run; one per user, see :func:`endpoint_runtime.embedded.data_dir`).
+``db install`` and ``db grants`` are in
 :mod:`endpoint_runtime.cli.installation`.
 
 Example::
@@ -114,9 +115,13 @@ def psql_binary() -> Path | None:
     found = shutil.which("psql")
     if found:
         return Path(found)
+    from endpoint_runtime.embedded import import_pgserver
+
     try:
-        import pgserver
+        pgserver = import_pgserver()
     except ImportError:
+        return None
+    if pgserver.__file__ is None:
         return None
     shipped = Path(pgserver.__file__).parent / "pginstall" / "bin" / "psql"
     return shipped if shipped.exists() else None
