@@ -48,6 +48,9 @@ class Started:
     process: subprocess.Popen[bytes]
     output: Path
     handle: IO[bytes]
+    family: set[psutil.Process] = field(default_factory=set)
+    """What it had started when last looked at (:func:`family`): killed at the end, even
+    once the command itself has exited."""
 
     def text(self) -> str:
         return self.output.read_text(errors="replace")
