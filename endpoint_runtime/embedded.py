@@ -17,6 +17,7 @@ directory above it).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import functools
 import os
 import re
@@ -24,7 +25,7 @@ import stat
 import subprocess
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
 from urllib.parse import unquote, urlsplit, urlunsplit
@@ -163,11 +164,12 @@ def _start_embedded(pgdata: Path) -> str:
             f"{ROOT_DATA_DIR}) or ENDPOINT_RUNTIME_DSN to a server of your own"
         )
     pgserver = import_pgserver()  # imported late: only needed when no server is given
-    was_running = _postmaster_running(pgdata)
     try:
         _make_directories(pgdata.parent, open_to_others=as_root)
-        server = pgserver.get_server(pgdata, cleanup_mode=None)
-        _ensure_capacity(server, pgdata)
+        with _starting(pgdata.parent):
+            was_running = _postmaster_running(pgdata)
+            server = pgserver.get_server(pgdata, cleanup_mode=None)
+            _ensure_capacity(server, pgdata)
     except Exception as exc:
         raise DatabaseUnavailableError(
             f"could not start the embedded PostgreSQL in {pgdata}: {exc}; "
@@ -200,6 +202,19 @@ def _make_directories(directory: Path, *, open_to_others: bool) -> None:
         path.mkdir(exist_ok=True)
         if open_to_others:
             path.chmod(0o755)
+
+
+@contextlib.contextmanager
+def _starting(directory: Path) -> Iterator[None]:
+    """One process at a time starts the server and raises its capacity: a second command
+    started meanwhile (``run``, then ``ingest``) would otherwise connect to a server the first
+    is restarting, and fail."""
+    with (directory / "start.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _postmaster_running(pgdata: Path) -> bool:

@@ -93,6 +93,7 @@ def _wait_for_queue(user: UserHome, cwd: Path, queue: str, background: list[Star
     while True:
         for started in background:
             assert started.process.poll() is None, f"{started.args} ended:\n{started.text()}"
+            started.family |= family(started.process.pid)
         listed = user.command(cwd, "queues", "list")
         if listed.returncode == 0 and re.search(rf"\b{re.escape(queue)}\b", listed.stdout):
             return

@@ -8,7 +8,9 @@ variables), against the default per-user data directory.
 
 from __future__ import annotations
 
-from tests.support.user_home import UserHome
+import subprocess
+
+from tests.support.user_home import COMMAND, UserHome
 
 STARTED = "started the embedded PostgreSQL in"
 
@@ -40,3 +42,21 @@ def test_commands_in_two_directories_reach_the_same_embedded_server() -> None:
             assert STARTED not in later.stderr, later.stderr
         for outcome in (first, second, created, seen):
             assert "XDG_RUNTIME_DIR" not in outcome.stderr, outcome.stderr
+
+
+def test_commands_starting_the_server_at_once_all_reach_it() -> None:
+    """`run` and `ingest` started together on a fresh data directory: before, one command
+    could connect while another restarted the new server to raise max_connections, and
+    fail."""
+    with UserHome.create() as user:
+        directories = [user.directory(f"terminal-{n}") for n in range(4)]
+        processes = [
+            subprocess.Popen([str(COMMAND), "db", "url"], cwd=cwd, env=user.env, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for cwd in directories
+        ]
+        outcomes = [(process.wait(timeout=180), *process.communicate()) for process in processes]
+
+        assert [code for code, _, _ in outcomes] == [0] * 4, outcomes
+        assert len({out for _, out, _ in outcomes}) == 1, outcomes
+        assert sum(err.count(STARTED) for _, _, err in outcomes) == 1, outcomes

@@ -116,6 +116,7 @@ class UserHome:
             started.handle.close()
         if (self.data_dir / "pgdata" / "postmaster.pid").exists():
             self.command(self.root, "db", "stop", timeout=60)
+        kill(working_in(self.root))  # what a command that died left (Ray's agents)
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -133,6 +134,17 @@ def family(pid: int) -> set[psutil.Process]:
             if process.pid != pid and os.getsid(process.pid) == session:
                 members.add(process)
     return members
+
+
+def working_in(directory: Path) -> set[psutil.Process]:
+    """The processes whose working directory is in ``directory``: Ray's daemons and workers
+    inherit the command's, and outlive a command that died before they were looked at."""
+    found = set()
+    for process in psutil.process_iter():
+        with _gone_already():
+            if Path(process.cwd()).is_relative_to(directory):
+                found.add(process)
+    return found
 
 
 def still_running(processes: set[psutil.Process]) -> list[str]:
