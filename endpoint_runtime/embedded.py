@@ -9,9 +9,9 @@ process ends so the next command reuses it; the process that starts it says so o
 
 As root, PostgreSQL runs as the wheel's ``pgserver`` system user (``initdb`` refuses root),
 which must be able to enter the data directory: root's default is therefore outside its home
-(``/var/lib/endpoint-runtime``), and a data directory below a directory closed to other users
-(``/root``, mode 0700) is refused rather than opened up (the wheel would ``chmod o+rx`` every
-directory above it).
+(``/var/lib/endpoint-runtime``). The wheel opens (``chmod o+rx``) every directory above the data
+directory and its own binaries that this user could not enter (``/root``, mode 0700, for a
+data directory or a virtualenv in root's home); a warning names such a directory first.
 """
 
 from __future__ import annotations
@@ -155,15 +155,9 @@ def start_embedded(directory: Path | None = None) -> str:
 def _start_embedded(pgdata: Path) -> str:
     """Once per process and data directory; the server itself outlives the process."""
     as_root = os.geteuid() == 0
-    closed = closed_directory_above(pgdata) if as_root else None
-    if closed is not None:
-        raise DatabaseUnavailableError(
-            f"the embedded PostgreSQL cannot use {pgdata}: as root it runs as the "
-            f"'pgserver' user, which cannot enter {closed} (closed to other users); set "
-            f"{DATA_DIR_VARIABLE} to a directory it can reach (root's default is "
-            f"{ROOT_DATA_DIR}) or ENDPOINT_RUNTIME_DSN to a server of your own"
-        )
     pgserver = import_pgserver()  # imported late: only needed when no server is given
+    if as_root:
+        _warn_of_opened_directories(pgdata, Path(str(pgserver.__file__)).parent / "pginstall")
     try:
         _make_directories(pgdata.parent, open_to_others=as_root)
         with _starting(pgdata.parent):
@@ -190,6 +184,21 @@ def import_pgserver() -> ModuleType:
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
         import pgserver
     return pgserver
+
+
+def _warn_of_opened_directories(pgdata: Path, installation: Path) -> None:
+    """As root, the wheel lets its ``pgserver`` user reach the data directory and its own
+    binaries by adding ``o+rx`` to every directory above them (``/root`` included, when the
+    data directory or the virtualenv is in root's home): say so before it does."""
+    for path, what in ((pgdata, "data directory"), (installation, "server binaries")):
+        closed = closed_directory_above(path)
+        if closed is not None:
+            log.warning("embedded_postgres_opens_directory", directory=str(closed),
+                        reason=f"the server runs as the 'pgserver' user, which must reach its "
+                        f"{what} ({path}); the pgserver wheel makes {closed} enterable and "
+                        "readable by every user",
+                        hint=f"keep the data directory out of closed directories (root's "
+                        f"default is {ROOT_DATA_DIR}) or set ENDPOINT_RUNTIME_DSN")
 
 
 def _make_directories(directory: Path, *, open_to_others: bool) -> None:

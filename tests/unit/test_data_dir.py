@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from endpoint_runtime.embedded import (
     ROOT_DATA_DIR,
+    _warn_of_opened_directories,
     closed_directory_above,
     data_dir,
     locate_data_dir,
@@ -112,3 +114,17 @@ def test_directories_not_made_yet_are_not_counted_as_closed(open_tmp: Path) -> N
     assert closed_directory_above(open_tmp / "not" / "yet" / "pgdata") is None
     open_tmp.chmod(0o700)
     assert closed_directory_above(open_tmp / "not" / "yet" / "pgdata") == open_tmp
+
+
+def test_root_is_warned_before_the_wheel_opens_a_closed_directory(open_tmp: Path) -> None:
+    closed = open_tmp / "home"
+    (closed / "app").mkdir(parents=True)
+    closed.chmod(0o700)
+    installation = open_tmp / "venv" / "pginstall"
+
+    with capture_logs() as logs:
+        _warn_of_opened_directories(closed / "app" / "pgdata", installation)
+
+    assert [(log["event"], log["directory"]) for log in logs] == [
+        ("embedded_postgres_opens_directory", str(closed))]
+    assert "data directory" in logs[0]["reason"]
