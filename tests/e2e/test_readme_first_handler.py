@@ -53,7 +53,6 @@ def test_following_the_readme_first_handler_literally() -> None:
         app, elsewhere = user.directory("app"), user.directory("elsewhere")
         (app / module_path).parent.mkdir(parents=True, exist_ok=True)
         (app / module_path).write_text(code, encoding="utf-8")
-        outputs: list[str] = []
         background: list[Started] = []
         try:
             for argv in commands:
@@ -65,7 +64,6 @@ def test_following_the_readme_first_handler_literally() -> None:
                 if argv[1] == "status":
                     _wait_for_row(user, elsewhere, table[1], payload)
                 done = user.command(app, *argv[1:])
-                outputs.append(done.stdout + done.stderr)
                 assert done.returncode == 0, f"{shlex.join(argv)}:\n{done.stdout}{done.stderr}"
                 if argv[1] == "status":
                     assert queue in done.stdout
@@ -76,7 +74,8 @@ def test_following_the_readme_first_handler_literally() -> None:
         finally:
             for started in background:
                 kill(family(started.process.pid) | started.family)
-        outputs += [started.text() for started in background]
+        # Every command's, the waits' queues list and db psql included.
+        outputs = user.outputs + [started.text() for started in background]
         assert not (app / ".endpoint_runtime").exists()
         assert not (elsewhere / ".endpoint_runtime").exists()
         assert (user.data_dir / "pgdata" / "PG_VERSION").is_file()
@@ -132,6 +131,7 @@ def _ctrl_c(started: Started) -> None:
         took = time.monotonic() - pressed
     assert took <= EXIT_WITHIN, f"{started.args} took {took:.1f} s to exit after SIGINT:\n" \
         + started.text()[-3000:]
+    print(f"{shlex.join(started.args)}: exited {took:.2f} s after SIGINT")  # shown by -rP
     deadline = time.monotonic() + LEFTOVERS_WITHIN
     while still_running(members) and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -62,6 +62,8 @@ class UserHome:
     env: dict[str, str]
     data_dir: Path
     started: list[Started] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    """What each command run to completion printed (stdout, stderr), in order."""
 
     @classmethod
     @contextmanager
@@ -92,8 +94,10 @@ class UserHome:
     def command(
         self, cwd: Path, *args: str, timeout: float = 180
     ) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(COMMAND), *args], cwd=cwd, env=self.env, capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        done = subprocess.run([str(COMMAND), *args], cwd=cwd, env=self.env,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+        self.outputs.append(done.stdout + done.stderr)
+        return done
 
     def start(self, cwd: Path, *args: str) -> Started:
         output = self.root / f"output-{len(self.started)}.txt"
