@@ -270,6 +270,34 @@ def test_none_mode_may_lose_only_what_a_fault_cut_in_hand() -> None:
     assert failed_checks(account(ledger.observed(receives=receives, cuts=cuts))) == []
 
 
+
+@pytest.mark.parametrize("mode", MODES)
+def test_handled_and_in_the_error_queue_passes_only_in_none_mode_when_a_cut_explains_it(
+    mode: str,
+) -> None:
+    """Seen in the full run: a ``none`` receiver's effect committed, then a server restart cut
+    its connection mid-send; the failed attempt's copy went to the error queue."""
+    ledger = Ledger(mode)
+    cut, uncut = [i for i, k in ledger.sent.items() if k == Fate.OK][:2]
+    for message_id in (cut, uncut):
+        ledger.error_queue[message_id] = "asyncpg.exceptions._base.InternalClientError"
+    receives = [Receive(cut, backend=21, client_port=41001, at=50.0),
+                Receive(uncut, backend=22, client_port=41002, at=50.0)]
+    cuts = [CutAt(at=50.3, backends=frozenset({21}))]
+
+    accounts = account(ledger.observed(receives=receives, cuts=cuts))
+
+    assert accounts.in_both == 2
+    assert accounts.twice_ids == ([str(uncut)] if mode == "none"
+                                  else sorted(map(str, (cut, uncut))))
+    assert accounts.handled_then_cut == (1 if mode == "none" else 0)
+    assert failed_checks(accounts) == ["accounted_twice == 0", "conservation"]
+    ledger.error_queue.pop(uncut)
+    receives.pop()
+    accounts = account(ledger.observed(receives=receives, cuts=cuts))
+    assert failed_checks(accounts) == (
+        [] if mode == "none" else ["accounted_twice == 0", "conservation"])
+
 def test_leftovers_fail_the_checks() -> None:
     ledger = Ledger("atomic")
     still = ledger.of(Fate.OK)
