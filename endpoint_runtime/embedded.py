@@ -204,8 +204,7 @@ def _warn_of_opened_directories(pgdata: Path, installation: Path) -> None:
 def _make_directories(directory: Path, *, open_to_others: bool) -> None:
     """Create ``directory`` and the missing ones above it; as root, each one it creates is
     made enterable by the server's own user (``0755``, whatever the umask)."""
-    missing = [directory, *directory.parents]
-    for path in reversed(missing):
+    for path in reversed([directory, *directory.parents]):
         if path.exists():
             continue
         path.mkdir(exist_ok=True)
