@@ -1,10 +1,12 @@
-"""``endpoint-runtime run``: deploy one endpoint on Ray until SIGINT/SIGTERM, or until a
-critical error halts it (``on_critical_error="stop"``: exit status 2, the critical error
-logged last).
+"""``endpoint-runtime run``: deploy one or more endpoints (and, with ``--ingest``, the ingestion
+endpoint) on one Ray, from one process, until SIGINT/SIGTERM, or until a critical error halts
+one of them (``on_critical_error="stop"``: every deployment stops, exit status 2, the critical
+error logged last).
 
 Example::
 
-    endpoint-runtime run handlers_examples.sales:endpoint --max-concurrency 8
+    endpoint-runtime run handlers_examples.sales:endpoint handlers_examples.billing:endpoint \\
+        --ingest --max-concurrency 8
 """
 
 from __future__ import annotations
@@ -12,11 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import signal
 import time
 from typing import Any
 
 import asyncpg
+import ray
 import structlog
 
 from endpoint_runtime.actors.cluster import ensure_ray
@@ -27,14 +31,17 @@ from endpoint_runtime.cli.common import (
     positive_float,
     positive_int,
 )
+from endpoint_runtime.cli.status_lines import StatusFigures, StatusLines
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.deployment import EndpointDeployment
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
-from endpoint_runtime.errors import EndpointRuntimeError
+from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError
 from endpoint_runtime.settings import TransportSettings, load_settings
-from endpoint_runtime.transport import QueueAddress
 
 log = structlog.get_logger("endpoint_runtime.cli")
+
+INGESTION_ENDPOINT = "endpoint_runtime.ingestion:endpoint"
+"""What ``--ingest`` adds (and ``endpoint-runtime ingest`` runs by default)."""
 
 
 def add_parser(
@@ -42,26 +49,36 @@ def add_parser(
     common: argparse.ArgumentParser,
 ) -> None:
     run = commands.add_parser(
-        "run", parents=[common], help="run an endpoint until SIGINT/SIGTERM",
-        description="Deploy the endpoint on Ray (RAY_ADDRESS, else a local Ray), log its "
-        "status periodically, stop gracefully on SIGINT/SIGTERM (a second signal exits at once).",
+        "run", parents=[common], help="run endpoints until SIGINT/SIGTERM",
+        description="Deploy the endpoints on one Ray (RAY_ADDRESS, else a local Ray started "
+        "by this process and stopped when it exits), log a status line when an endpoint's "
+        "figures change, stop gracefully on SIGINT/SIGTERM (a second signal exits at once).",
     )
-    run.add_argument("endpoint", metavar="MODULE:ATTR",
-                     help="the Endpoint to run, e.g. handlers_examples.sales:endpoint")
+    run.add_argument("endpoints", nargs="+", metavar="MODULE:ATTR",
+                     help="the Endpoints to run, e.g. handlers_examples.sales:endpoint")
+    run.add_argument("--ingest", action="store_true",
+                     help=f"also run the ingestion endpoint ({INGESTION_ENDPOINT}: audit "
+                     "copies into audit_log, the error queue into error_log)")
     add_deployment_options(run)
     run.set_defaults(handler=run_command, log_level="info")
 
 
 def add_deployment_options(parser: argparse.ArgumentParser) -> None:
-    """The options of a command that runs a deployment (``run``, ``ingest``)."""
+    """The options of a command that runs deployments (``run``, ``ingest``)."""
     parser.add_argument("--max-concurrency", type=positive_int, metavar="N",
-                        help="most messages in flight for this deployment")
+                        help="most messages in flight for each deployment")
+    parser.add_argument("--stop-timeout", type=positive_float, metavar="S",
+                        help="grace period of a stop: seconds in-flight handlers may still "
+                        "run before they are cancelled and their messages rolled back "
+                        "(default: each endpoint's stop_timeout setting, 30)")
     parser.add_argument("--status-interval", type=positive_float, default=5.0, metavar="S",
-                        help="seconds between status lines (default 5)")
+                        help="seconds between looks at the status; a line is logged when it "
+                        "changed (default 5)")
 
 
 async def run_command(args: argparse.Namespace, settings: TransportSettings) -> int:
-    """Deploy one endpoint on Ray until SIGINT/SIGTERM, logging its status periodically."""
+    """Deploy the endpoints of ``args`` on one Ray until SIGINT/SIGTERM, logging status
+    lines when their figures change."""
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
 
@@ -82,27 +99,68 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
 
     # Installed before the (slow) start so that an early Ctrl-C still stops gracefully.
     install_handlers()
-    endpoint = load_endpoint(args.endpoint)
+    paths = endpoint_paths(args)
+    endpoints = [load_endpoint(path) for path in paths]
+    starts_local_ray = not ray.is_initialized() and not os.environ.get("RAY_ADDRESS")
+    # In the main thread, never through asyncio.to_thread: Ray ties its local processes (GCS,
+    # raylet) to the *thread* that starts them (prctl PR_SET_PDEATHSIG), so when asyncio.run
+    # ended the executor's thread they were SIGKILLed, ray.shutdown then waited ~15 s for the
+    # dead raylet and Ray's agents were orphaned for minutes. ray.init installs its own
+    # SIGTERM handler here; the signals are taken back just after.
+    ensure_ray()
+    install_handlers()
+    deployments: list[EndpointDeployment] = []
+    exit_code = EXIT_OK
+    try:
+        for path, endpoint in zip(paths, endpoints, strict=True):
+            if stop_requested.is_set():
+                break
+            deployments.append(await EndpointDeployment.start(path, **_overrides(endpoint, args)))
+        if stop_requested.is_set():
+            log.info("stopped_before_start", endpoints=[e.name for e in endpoints])
+        else:
+            exit_code = await _report_until_stopped(deployments, args.status_interval,
+                                                    stop_requested)
+    finally:
+        await _stop_all(deployments)
+        if starts_local_ray:
+            # The local Ray this process started goes with it, now (atexit would do it after
+            # a half-second pause of Ray's own).
+            ray.shutdown()
+    return exit_code
+
+
+def endpoint_paths(args: argparse.Namespace) -> list[str]:
+    """The ``module:attribute`` paths to deploy: the positional ones, then the ingestion
+    endpoint with ``--ingest``; each once."""
+    paths = list(args.endpoints)
+    if getattr(args, "ingest", False):
+        paths.append(INGESTION_ENDPOINT)
+    repeated = sorted({path for path in paths if paths.count(path) > 1})
+    if repeated:
+        raise ConfigurationError(f"endpoint named more than once: {', '.join(repeated)}")
+    return paths
+
+
+def _overrides(endpoint: Endpoint, args: argparse.Namespace) -> dict[str, Any]:
     overrides: dict[str, Any] = {"transport": merged_transport(endpoint, args.config)}
     if args.max_concurrency is not None:
         overrides["max_concurrency"] = args.max_concurrency
-    # ray.init installs Ray's own SIGTERM handler (it aborts the process); initialise Ray
-    # first, then take the signals back.
-    await asyncio.to_thread(ensure_ray)
-    if stop_requested.is_set():
-        log.info("stopped_before_start", endpoint=endpoint.name)
-        return EXIT_OK
-    install_handlers()
-    deployment = await EndpointDeployment.start(args.endpoint, **overrides)
-    address = deployment.config.address
-    exit_code = EXIT_OK
-    try:
-        async with PostgresTransport.connect(deployment.config.settings.transport) as transport:
-            exit_code = await _report_until_stopped(
-                deployment, transport, address, args.status_interval, stop_requested
-            )
-    finally:
-        final = await deployment.stop()
+    if args.stop_timeout is not None:
+        overrides["stop_timeout"] = args.stop_timeout
+    return overrides
+
+
+async def _stop_all(deployments: list[EndpointDeployment]) -> None:
+    """Stop every deployment at once (each waits for its handlers up to its stop_timeout);
+    log their final counts, the critical error of a halted one last."""
+    finals = await asyncio.gather(*(d.stop() for d in deployments), return_exceptions=True)
+    halted = []
+    for deployment, final in zip(deployments, finals, strict=True):
+        if isinstance(final, BaseException):
+            log.error("endpoint_stop_failed", endpoint=deployment.config.endpoint_name,
+                      error=f"{type(final).__name__}: {final}".splitlines()[0][:500])
+            continue
         log.info(
             "endpoint_final_status",
             endpoint=final.endpoint,
@@ -112,11 +170,12 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
             replaced_receivers=final.replaced_receivers,
         )
         if final.halted:
-            # The reason the command ends, and the last thing it logs.
-            log.critical("critical_error", endpoint=final.endpoint,
-                         error=final.critical_error or final.last_critical_error,
-                         on_critical_error="stop")
-    return exit_code
+            halted.append(final)
+    for final in halted:
+        # The reason the command ends, and the last thing it logs.
+        log.critical("critical_error", endpoint=final.endpoint,
+                     error=final.critical_error or final.last_critical_error,
+                     on_critical_error="stop")
 
 
 def merged_transport(endpoint: Endpoint, config: str | None) -> TransportSettings:
@@ -136,54 +195,81 @@ def merged_transport(endpoint: Endpoint, config: str | None) -> TransportSetting
 
 
 async def _report_until_stopped(
-    deployment: EndpointDeployment,
-    transport: PostgresTransport,
-    address: QueueAddress,
+    deployments: list[EndpointDeployment],
     interval: float,
     stop_requested: asyncio.Event,
 ) -> int:
-    import ray  # the deployment has initialised Ray by now
+    lines = StatusLines()
+    rates: dict[str, tuple[float, int]] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        transports: dict[str, PostgresTransport] = {}
+        for deployment in deployments:  # one connection pool per server, for the depths
+            transport_settings = deployment.config.settings.transport
+            key = str(transport_settings.dsn)
+            if key not in transports:
+                transports[key] = await stack.enter_async_context(
+                    PostgresTransport.connect(transport_settings))
+        while not stop_requested.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop_requested.wait(), timeout=interval)
+            if stop_requested.is_set():
+                break
+            for deployment in deployments:
+                transport = transports[str(deployment.config.settings.transport.dsn)]
+                code = await _report_one(deployment, transport, lines, rates)
+                if code is not None:
+                    return code
+    return EXIT_OK
 
-    previous: tuple[float, int] | None = None
-    while not stop_requested.is_set():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop_requested.wait(), timeout=interval)
-        if stop_requested.is_set():
-            break
-        try:
-            # The supervisor: a peeker lost with its node is recreated on a surviving one.
-            status = await deployment.supervised_status()
-        except ray.exceptions.RayActorError as exc:
-            log.error("peeker_lost", error=str(exc).splitlines()[0])
-            return EXIT_FAILED
-        if status.halted:
-            # on_critical_error="stop": the receivers are gone; the process ends with them.
-            log.error("endpoint_halted", endpoint=status.endpoint)
-            return EXIT_ERROR
-        try:
-            depth: int | None = await transport.depth(address)
-        except (EndpointRuntimeError, asyncpg.PostgresError, asyncpg.InterfaceError,
-                OSError) as exc:
-            # InterfaceError: a connection the server closed (an outage) must not end `run`.
-            log.warning("depth_unavailable", error=f"{type(exc).__name__}: {exc}")
-            depth = None
-        now = time.monotonic()
-        per_second = 0.0
-        if previous is not None:
-            # Never negative: a retired receiver takes its count with it.
-            per_second = max(0.0, (status.processed - previous[1]) / (now - previous[0]))
-        previous = (now, status.processed)
-        log.info(
+
+async def _report_one(
+    deployment: EndpointDeployment,
+    transport: PostgresTransport,
+    lines: StatusLines,
+    rates: dict[str, tuple[float, int]],
+) -> int | None:
+    """Log the deployment's status line if it changed; an exit status when ``run`` must end."""
+    try:
+        # The supervisor: a peeker lost with its node is recreated on a surviving one.
+        status = await deployment.supervised_status()
+    except ray.exceptions.RayActorError as exc:
+        log.error("peeker_lost", error=str(exc).splitlines()[0])
+        return EXIT_FAILED
+    if status.halted:
+        # on_critical_error="stop": its receivers are gone; the process ends with them.
+        log.error("endpoint_halted", endpoint=status.endpoint)
+        return EXIT_ERROR
+    try:
+        depth: int | None = await transport.depth(deployment.config.address)
+    except (EndpointRuntimeError, asyncpg.PostgresError, asyncpg.InterfaceError,
+            OSError) as exc:
+        # InterfaceError: a connection the server closed (an outage) must not end `run`.
+        log.warning("depth_unavailable", endpoint=status.endpoint,
+                    error=f"{type(exc).__name__}: {exc}")
+        depth = None
+    now = time.monotonic()
+    previous = rates.get(status.endpoint)
+    per_second = 0.0
+    if previous is not None:
+        # Never negative: a retired receiver takes its count with it.
+        per_second = max(0.0, (status.processed - previous[1]) / (now - previous[0]))
+    rates[status.endpoint] = (now, status.processed)
+    figures = StatusFigures(
+        endpoint=status.endpoint,
+        depth=depth,
+        estimate=status.estimate,
+        receivers=len(status.receivers),
+        in_flight=status.in_flight,
+        max_concurrency=status.max_concurrency,
+        processed=status.processed,
+        failed=sum(r.failed for r in status.receivers),
+    )
+    level = lines.level_for(figures, now=now)
+    if level is not None:
+        getattr(log, level)(
             "endpoint_status",
-            endpoint=status.endpoint,
-            depth=depth,
-            estimate=status.estimate,
-            receivers=len(status.receivers),
+            **{f: getattr(figures, f) for f in figures.__struct_fields__},
             receivers_by_node={node[:8]: n for node, n in status.receivers_by_node.items()},
-            in_flight=status.in_flight,
-            max_concurrency=status.max_concurrency,
-            processed=status.processed,
-            failed=sum(r.failed for r in status.receivers),
             per_second=round(per_second, 1),
         )
-    return EXIT_OK
+    return None
