@@ -287,7 +287,8 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             processing headers (``None``: no audit; conventionally ``"audit"``).
         auto_subscribe: at start, subscribe to every message type the endpoint handles but
             commands, and delete its stored subscriptions to the commands it handles.
-        stop_timeout: seconds a graceful stop waits for in-flight handlers before cancelling.
+        stop_timeout: the grace period of a graceful stop: seconds in-flight handlers may
+            still run before they are cancelled and their messages rolled back.
         scale_down_after: seconds of empty peeks before surplus receivers are retired.
         receiver_num_cpus: Ray CPUs reserved per receiver (0: do not reserve).
         receiver_resources: Ray custom resources each receiver requires, which pins receivers
