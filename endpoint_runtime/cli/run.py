@@ -109,6 +109,11 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
     # SIGTERM handler here; the signals are taken back just after.
     ensure_ray()
     install_handlers()
+    # A Ctrl-C during ray.init (which blocks the loop) is only written to the loop's wake-up
+    # pipe: let the loop read it (one pass) and run request_stop (the next) before deciding
+    # whether to start anything.
+    for _ in range(3):
+        await asyncio.sleep(0)
     deployments: list[EndpointDeployment] = []
     exit_code = EXIT_OK
     try:
