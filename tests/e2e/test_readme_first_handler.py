@@ -4,13 +4,14 @@ The code and the commands are read from README.md itself, so this breaks when th
 the runtime disagree. In a temporary directory outside the checkout, with a home of its own
 (the per-user embedded server, never the real user's; ``tests/support/user_home.py``) and none
 of the suite's variables, it writes the README's module where its first line says, runs the
-commands of its command block in order (``run`` and ``ingest`` in the background, as "until
-Ctrl-C" in other terminals; each other command must succeed), waits for the endpoint's queue,
-sees the row the handler wrote from a second directory's command (``db psql``: the same
-embedded server), then presses Ctrl-C (SIGINT to each background command's process group, as a
-terminal does): each must exit within 3 s and leave none of the processes it started (its Ray)
-running 3 s after it exited. No command prints an ``XDG_RUNTIME_DIR`` warning or Ray's start-up
-notices; the first command says once that it started the embedded server.
+commands of its command block in order (``run`` and ``ingest``, whichever it names, in the
+background, as "until Ctrl-C" in terminals of their own; each other command must succeed),
+waits for the endpoint's queue, sees the row the handler wrote from a second directory's
+command (``db psql``: the same embedded server), then presses Ctrl-C (SIGINT to each
+background command's process group, as a terminal does): each must exit within 3 s and leave
+none of the processes it started (its Ray) running 3 s after it exited. No command prints an
+``XDG_RUNTIME_DIR`` warning or Ray's start-up notices; the first command says once that it
+started the embedded server.
 """
 
 from __future__ import annotations
