@@ -129,10 +129,29 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
     finally:
         await _stop_all(deployments)
         if starts_local_ray:
-            # The local Ray this process started goes with it, now (atexit would do it after
-            # a half-second pause of Ray's own).
-            ray.shutdown()
+            shutdown_local_ray()
     return exit_code
+
+
+def shutdown_local_ray() -> None:
+    """Stop the local Ray this process started, now (atexit would, after a half-second pause
+    of Ray's own), and with it every process it started.
+
+    Ray's autoscaler monitor is killed first: ``ray.shutdown`` stops it after the GCS server,
+    and on SIGTERM it tries to report its end to that stopped GCS, so Ray waits its full second
+    before killing it anyway (1.4 s of shutdown instead of 0.35 s, measured). A local Ray's
+    monitor has nothing to scale. Reaching it uses Ray's private node handle; if a Ray release
+    moves it, the shutdown is merely slower.
+    """
+    with contextlib.suppress(Exception):
+        from ray._private import ray_constants, worker
+
+        node = worker._global_node
+        if node is not None and node.is_head():
+            for info in node.all_processes.get(ray_constants.PROCESS_TYPE_MONITOR, []):
+                info.process.kill()
+                info.process.wait(timeout=5)
+    ray.shutdown()
 
 
 def endpoint_paths(args: argparse.Namespace) -> list[str]:

@@ -281,7 +281,13 @@ class RunProcess:
                                      f"{self.other[-5:]} {self.events[-3:]}")
             return await condition()
 
-        await wait_for(met, timeout=timeout, what=what)
+        try:
+            await wait_for(met, timeout=timeout, what=what)
+        except AssertionError as exc:
+            if self.process.returncode is not None:
+                raise
+            tail = [str(e.get("event")) for e in self.events[-10:]]
+            raise AssertionError(f"{exc}; run's last lines: {self.other[-10:]} {tail}") from None
 
     def started(self) -> set[str]:
         return {str(e["endpoint"]) for e in self.events if e.get("event") == "endpoint_started"}
