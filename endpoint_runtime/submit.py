@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
 async def submit(args: argparse.Namespace) -> int:
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
-    await asyncio.to_thread(ensure_ray)
+    # In the main thread, never a worker thread: a local Ray's GCS server and raylet die with
+    # the thread that started them (see cli.run), which a thread pool ends.
+    ensure_ray()
     import ray
 
     # After ray.init, which installs its own SIGTERM handler.

@@ -63,7 +63,7 @@ async def run_all(args: argparse.Namespace) -> dict[str, Any]:
         progress(f"chaos: PostgreSQL on port {server.port}; starting {args.nodes} Ray nodes")
         await asyncio.to_thread(cluster.start)
         os.environ.update(cluster.driver_environment())
-        await asyncio.to_thread(ensure_ray)
+        ensure_ray()  # in the main thread (a connection here; see endpoint_runtime.cli.run)
         dsn = await _prepare_database(server.dsn)
         run = Run(args=args, cluster=cluster, server=server, dsn=dsn)
         modes = {mode: await run_mode(run, mode) for mode in args.modes}
