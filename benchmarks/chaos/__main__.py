@@ -16,7 +16,11 @@ import os
 
 # The run's own Ray cluster uses token auth (tests.cluster.nodes); Ray reads the mode when it
 # is imported, so it is set before anything imports Ray (the run's driver joins that cluster).
-os.environ["RAY_AUTH_MODE"] = "token"
+# Only when this is the program: a process that merely imports the module (the unit tests
+# import `parse`) must keep its environment, or a local Ray it starts later gets a GCS server
+# that wants a token from a driver that read "disabled" when Ray was imported.
+if __name__ == "__main__":
+    os.environ["RAY_AUTH_MODE"] = "token"
 
 import argparse
 

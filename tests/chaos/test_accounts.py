@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib
+import os
 import random
+import sys
 import uuid
 
 import pytest
@@ -332,3 +335,17 @@ def test_recovery_is_the_time_until_throughput_is_back_to_ninety_percent() -> No
 def test_a_fault_after_which_throughput_never_returns_has_no_recovery_time() -> None:
     times = [n / 100 for n in range(1000)] + [30.0 + n / 100 for n in range(10)]
     assert recovery_times(times, [10.0]) == [None]
+
+
+def test_importing_the_chaos_program_leaves_the_environment_alone() -> None:
+    """The suite imports ``parse`` from it: setting RAY_AUTH_MODE on import made every later
+    local Ray of the session fail to start (its GCS wanted a token the driver never used),
+    erroring the e2e tests of a clean clone's CI."""
+    saved = os.environ.pop("RAY_AUTH_MODE", None)
+    sys.modules.pop("benchmarks.chaos.__main__", None)
+    try:
+        importlib.import_module("benchmarks.chaos.__main__")
+        assert "RAY_AUTH_MODE" not in os.environ
+    finally:
+        if saved is not None:
+            os.environ["RAY_AUTH_MODE"] = saved
