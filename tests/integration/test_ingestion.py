@@ -16,8 +16,9 @@ from endpoint_runtime.messages import Headers, encode_headers, from_wire_time
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.transport import QueueAddress
-from tests.integration.test_publish_subscribe import drain, prepare
+from tests.integration.test_publish_subscribe import prepare
 from tests.support import pubsub_endpoints
+from tests.support.draining import drain
 from tests.support.pubsub_endpoints import PlaceOrder
 
 ingestion = IngestionEndpoint("audit")

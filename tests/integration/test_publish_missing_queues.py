@@ -20,8 +20,9 @@ from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import topics_of
-from tests.integration.test_publish_subscribe import SUBSCRIBERS, prepare, received_all
+from tests.integration.test_publish_subscribe import SUBSCRIBERS, prepare
 from tests.support import pubsub_endpoints
+from tests.support.draining import received_all
 from tests.support.pubsub_endpoints import PUBLISHERS, OrderPlaced, PlaceOrder
 
 GONE = "zz_gone_sub"

@@ -11,7 +11,7 @@ import pytest
 
 from endpoint_runtime import Endpoint, Sender, TransportSettings
 from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import Headers, MessageIntent, TransportMessage, from_wire_time
+from endpoint_runtime.messages import Headers, MessageIntent, from_wire_time
 from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.subscriptions import (
@@ -21,6 +21,7 @@ from endpoint_runtime.subscriptions import (
 )
 from endpoint_runtime.transport import QueueAddress
 from tests.support import pubsub_endpoints
+from tests.support.draining import drain, received_all
 from tests.support.pubsub_endpoints import (
     PUBLISHERS,
     OrderPlaced,
@@ -52,31 +53,10 @@ async def prepare(transport: PostgresTransport, *endpoints: Endpoint) -> None:
                                              endpoint.address, endpoint.registry.handled_types)
 
 
-async def drain(transport: PostgresTransport, endpoint: Endpoint) -> None:
-    """Receive until the endpoint's queue is empty, on one slot."""
-    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
-                                        endpoint.settings)
-    async with transport.pool.acquire() as connection:
-        slot = strategy.open_slot(connection)
-        while (await slot.round()).taken:
-            pass
-        await slot.close()
-
-
 async def seen(transport: PostgresTransport) -> list[tuple[str, str, str]]:
     rows = await transport.pool.fetch(
         "SELECT endpoint, order_id, type_name FROM seen ORDER BY 1, 2")
     return [tuple(row) for row in rows]  # type: ignore[misc]
-
-
-async def received_all(
-    transport: PostgresTransport, queue: str | QueueAddress
-) -> list[TransportMessage]:
-    messages = []
-    while (message := await transport.receive(queue)) is not None:
-        assert isinstance(message, TransportMessage)
-        messages.append(message)
-    return messages
 
 
 @pytest.mark.parametrize("name", PUBLISHERS)

@@ -28,8 +28,8 @@ from endpoint_runtime.subscriptions import (
 )
 from endpoint_runtime.transport import QueueAddress
 from tests.integration.test_publish_missing_queues import drain
-from tests.integration.test_publish_subscribe import received_all
 from tests.support import pubsub_endpoints
+from tests.support.draining import received_all
 from tests.support.pubsub_endpoints import OrderPlaced, PlaceOrder, ShipmentBooked, billing
 from tests.support.roles import Role, login_role
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from endpoint_runtime import Endpoint
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import TransportMessage
+from endpoint_runtime.transport import QueueAddress
 
 
 async def drain(transport: PostgresTransport, endpoint: Endpoint) -> None:
@@ -19,7 +20,9 @@ async def drain(transport: PostgresTransport, endpoint: Endpoint) -> None:
         await slot.close()
 
 
-async def received_all(transport: PostgresTransport, queue: str) -> list[TransportMessage]:
+async def received_all(
+    transport: PostgresTransport, queue: str | QueueAddress
+) -> list[TransportMessage]:
     """Receive every message of ``queue`` (in seq order); a poison row fails the test."""
     messages = []
     while (message := await transport.receive(queue)) is not None:
