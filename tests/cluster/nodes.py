@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import psutil
@@ -37,12 +38,30 @@ RAY = str(Path(sys.executable).with_name("ray"))
 
 def free_port() -> int:
     """A free TCP port outside Ray's worker port range (10002-19999)."""
-    while True:
-        with socket.socket() as probe:
+    return free_ports(1)[0]
+
+
+def free_ports(count: int, exclude: Collection[int] = ()) -> list[int]:
+    """``count`` distinct free TCP ports outside Ray's worker port range, none in ``exclude``.
+
+    Every probe stays bound until all are chosen: ports probed one after the other and
+    released in between may repeat (a node's start once got 45789 for both its node manager
+    and its object manager, and ``ray start`` refused it).
+    """
+    probes: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        while len(ports) < count:
+            probe = socket.socket()
+            probes.append(probe)
             probe.bind(("127.0.0.1", 0))
             port: int = probe.getsockname()[1]
-        if not 10002 <= port <= 19999 and port != 6379:
-            return port
+            if not 10002 <= port <= 19999 and port != 6379 and port not in exclude:
+                ports.append(port)
+    finally:
+        for probe in probes:
+            probe.close()
+    return ports
 
 
 def node_environment() -> dict[str, str]:
@@ -82,25 +101,26 @@ class LocalCluster:
         self.environment["RAY_AUTH_TOKEN_PATH"] = str(token)
 
     def _start_node(self, index: int) -> None:
-        manager_port = free_port()
+        (manager_port, object_port, metrics_port, agent_port, agent_grpc_port, runtime_env_port,
+         client_port) = free_ports(7, exclude={self.port})
         self.node_manager_ports[index] = manager_port
         common = [
             f"--num-cpus={self.cpus_per_node}",
             f"--object-store-memory={self.object_store_bytes}",
             f"--resources={json.dumps(self.node_resources[index])}",
             f"--node-manager-port={manager_port}",
-            f"--object-manager-port={free_port()}",
-            f"--metrics-export-port={free_port()}",
-            f"--dashboard-agent-listen-port={free_port()}",
-            f"--dashboard-agent-grpc-port={free_port()}",
-            f"--runtime-env-agent-port={free_port()}",
+            f"--object-manager-port={object_port}",
+            f"--metrics-export-port={metrics_port}",
+            f"--dashboard-agent-listen-port={agent_port}",
+            f"--dashboard-agent-grpc-port={agent_grpc_port}",
+            f"--runtime-env-agent-port={runtime_env_port}",
             "--node-ip-address=127.0.0.1",
             "--disable-usage-stats",
         ]
         if index == 0:
             command = [RAY, "start", "--head", f"--port={self.port}",
                        f"--temp-dir={self.temp_dir}", "--include-dashboard=false",
-                       f"--ray-client-server-port={free_port()}", *common]
+                       f"--ray-client-server-port={client_port}", *common]
         else:
             command = [RAY, "start", f"--address={self.address}", *common]
         # Handlers of the tests say where they ran: workers inherit their raylet's environment.
