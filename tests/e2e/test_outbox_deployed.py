@@ -144,8 +144,13 @@ async def test_a_receiver_killed_while_acks_wait_repeats_no_effect(
                 "receipts", module="tests.support.outbox_endpoints", max_concurrency=1)
             await wait_for(lambda: db.pool.fetch(WAITING_FOR_HOLD, HELD_INVOICE_LOCK),
                            timeout=30, what='"held" to wait for the lock')
-            assert await db.depth("ledger") == 2  # "a" and "b" dispatched...
-            assert await db.depth("receipts") == 5  # ... and not acked
+            # "a" and "b" are dispatched at most once so far, nothing after them; usually both
+            # went on the business connection right after their commits, but under load a
+            # dispatch may fall back to the receive transaction (it then rolls back with the
+            # kill and the redelivery dispatches it): once in every case, checked at the end.
+            # A clean clone's CI once saw 1 here.
+            assert await db.depth("ledger") <= 2
+            assert await db.depth("receipts") == 5  # ... and none acked
             [pid] = await deployment.receiver_pids()
             os.kill(pid, signal.SIGKILL)
             await holder.execute("SELECT pg_advisory_unlock($1)", HELD_INVOICE_LOCK)
