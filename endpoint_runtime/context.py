@@ -20,6 +20,7 @@ import structlog
 
 from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.messages import (
+    MACHINE,
     Headers,
     MessageIntent,
     OutgoingMessage,
@@ -29,7 +30,7 @@ from endpoint_runtime.messages import (
     utc_now,
 )
 from endpoint_runtime.metrics import Metrics
-from endpoint_runtime.outgoing import MACHINE, create_outgoing
+from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import (
     SubscriptionStore,

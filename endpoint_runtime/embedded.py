@@ -28,11 +28,15 @@ import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import structlog
 
 from endpoint_runtime.errors import DatabaseUnavailableError
+
+# Importable from here as they always were (the DSN's redaction lives with the settings).
+from endpoint_runtime.redaction import RedactedDsn as RedactedDsn
+from endpoint_runtime.redaction import redact_dsn as redact_dsn
 
 log = structlog.get_logger(__name__)
 
@@ -42,49 +46,6 @@ DATA_DIR_VARIABLE = "ENDPOINT_RUNTIME_DATA_DIR"
 DATA_DIR_NAME = "endpoint-runtime"
 ROOT_DATA_DIR = Path("/var/lib") / DATA_DIR_NAME
 """Root's default: its home is closed to the ``pgserver`` user the server runs as."""
-
-# A keyword DSN's settings: key = value, the value bare or in single quotes (in which \\ escapes
-# the next character; an unterminated quote runs to the end).
-_KEYWORD_SETTING = re.compile(r"(?P<key>[A-Za-z_]\w*)(?P<equals>\s*=\s*)"
-                              r"(?P<value>'(?:\\.|[^\\'])*(?:'|\\?$)|[^\s']\S*|)")
-_SECRET_KEYS = frozenset({"password", "sslpassword"})
-REDACTED = "***"
-
-
-def redact_dsn(dsn: str) -> str:
-    """The DSN with every password replaced by ``***``: the URL's user info, ``password=`` in
-    its query string, and keyword settings, quoted values (spaces, escaped quotes) included.
-    Also fit for error messages that quote a DSN."""
-    if "://" in dsn:
-        parts = urlsplit(dsn)
-        if parts.password is not None:
-            user = parts.username or ""
-            host = parts.netloc.rpartition("@")[2]
-            parts = parts._replace(netloc=f"{user}:{REDACTED}@{host}")
-        query = "&".join(
-            f"{pair.partition('=')[0]}={REDACTED}" if _is_secret(pair.partition("=")[0]) else pair
-            for pair in parts.query.split("&")
-        )
-        return urlunsplit(parts._replace(query=query))
-    return _KEYWORD_SETTING.sub(
-        lambda m: f"{m['key']}{m['equals']}{REDACTED}" if _is_secret(m["key"]) else m[0], dsn
-    )
-
-
-def _is_secret(key: str) -> bool:
-    return unquote(key).strip().lower() in _SECRET_KEYS
-
-
-class RedactedDsn(str):
-    """A DSN whose ``repr`` hides its password: in a config struct's repr, a traceback, a
-    log line or a Ray actor's error, only ``***`` shows (``str()`` is the DSN itself, which
-    the driver needs)."""
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return repr(redact_dsn(str(self)))
-
 
 def locate_data_dir(environ: Mapping[str, str], *, uid: int, home: Path) -> Path:
     """Where the embedded server's files live (its ``pgdata`` below), by these rules:

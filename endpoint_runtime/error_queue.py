@@ -1,7 +1,7 @@
 """The error queue: how failed messages get there, and the tooling to list, show, retry
 (replay) and delete them.
 
-The moves (for the pipeline, the delayed-message mover and the NONE mode) build the error copy
+The moves (for the pipeline and the NONE mode) build the error copy
 here: the original headers plus NServiceBus's failure headers; the error queue never refuses a
 copy (``transport.sending.send_failed``).
 
@@ -24,29 +24,27 @@ import asyncpg
 import msgspec
 
 from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.delayed.store import DelayedMessage
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.messages import (
+    MACHINE,
     ErrorHeaders,
     Headers,
     OutgoingMessage,
     PoisonMessage,
     RetryHeaders,
     TransportMessage,
-    decode_headers,
     encode_headers,
     to_wire_time,
     utc_now,
 )
-from endpoint_runtime.outgoing import MACHINE
-from endpoint_runtime.recoverability import MAX_EXCEPTION_MESSAGE, Failure
+from endpoint_runtime.recoverability import Failure
 from endpoint_runtime.transport import QueueAddress, sending, statements
 from endpoint_runtime.transport.receiving import to_message
 from endpoint_runtime.transport.sending import Executor
 
 _STRIPPED_ON_RETRY = (*ErrorHeaders.ALL, RetryHeaders.RETRIES, RetryHeaders.TIMESTAMP,
                       Headers.ORIGINAL_NATIVE_ID,
-                      "NServiceBus.ProcessingMachine", "NServiceBus.ProcessingEndpoint")
+                      Headers.PROCESSING_MACHINE, Headers.PROCESSING_ENDPOINT)
 
 
 # -- moving failed messages there -------------------------------------------------------------
@@ -91,26 +89,6 @@ async def move_poison(executor: Executor, error_queue: QueueAddress,
     """Headers that do not parse: the raw row, byte for byte."""
     await sending.send_failed(executor, error_queue, message.native_id, message.raw_headers,
                               message.body)
-
-
-async def move_undeliverable(
-    executor: Executor, error_queue: QueueAddress, message: DelayedMessage, exc: Exception,
-    endpoint: str,
-) -> None:
-    """A delayed message that could not be dispatched to its destination (the FailedQ)."""
-    try:
-        headers = decode_headers(message.headers)
-    except Exception:
-        headers = {"NServiceBus.RawHeaders": message.headers}
-    headers.update({
-        ErrorHeaders.FAILED_QUEUE: message.destination,
-        ErrorHeaders.EXCEPTION_TYPE: f"{type(exc).__module__}.{type(exc).__qualname__}",
-        ErrorHeaders.MESSAGE: str(exc)[:MAX_EXCEPTION_MESSAGE],
-        ErrorHeaders.TIME_OF_FAILURE: to_wire_time(utc_now()),
-        Headers.PROCESSING_MACHINE: MACHINE,
-        Headers.PROCESSING_ENDPOINT: endpoint,
-    })
-    await sending.send_failed(executor, error_queue, message.id, headers, message.body)
 
 
 # -- tooling ----------------------------------------------------------------------------------

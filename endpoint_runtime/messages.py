@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import os
+import platform
 import re
 import uuid
 from datetime import UTC, datetime
@@ -15,6 +16,11 @@ from datetime import UTC, datetime
 import msgspec
 
 from endpoint_runtime.errors import PoisonMessageError
+
+MACHINE = platform.node()
+"""This machine's name, as the ``*Machine`` headers carry it."""
+MAX_EXCEPTION_MESSAGE = 16_384
+"""Most characters of an exception message kept in a failure header."""
 
 
 class Headers:
@@ -41,6 +47,9 @@ class Headers:
     TRACEPARENT = "traceparent"
     ORIGINAL_NATIVE_ID = "EndpointRuntime.OriginalNativeId"
     """On an error-queue row that took a fresh id: the native id it had (restored on retry)."""
+    RAW_HEADERS = "NServiceBus.RawHeaders"
+    """Ours, not NServiceBus's: on an error-queue copy of a delayed message whose headers did
+    not parse, those headers as they were."""
 
 
 class ErrorHeaders:

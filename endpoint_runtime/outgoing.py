@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Mapping
 from datetime import timedelta
 
@@ -12,6 +11,7 @@ from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.message_kinds import check_publishable
 from endpoint_runtime.messages import (
     JSON_CONTENT_TYPE,
+    MACHINE,
     Headers,
     MessageIntent,
     OutgoingMessage,
@@ -20,7 +20,6 @@ from endpoint_runtime.messages import (
 )
 from endpoint_runtime.serialization import encode_body, message_type_name
 
-MACHINE = platform.node()
 _type_names: dict[type, str] = {}
 
 

@@ -34,6 +34,7 @@ from endpoint_runtime.errors import (
     UnknownMessageTypeError,
 )
 from endpoint_runtime.messages import (
+    MAX_EXCEPTION_MESSAGE,
     ErrorHeaders,
     RetryHeaders,
     TransportMessage,
@@ -42,8 +43,10 @@ from endpoint_runtime.messages import (
     utc_now,
 )
 
-# ErrorHeaders and RetryHeaders are messages' now; importable from here as they always were.
+# ErrorHeaders, RetryHeaders and MAX_EXCEPTION_MESSAGE are messages' now; importable from here
+# as they always were.
 __all__ = [
+    "MAX_EXCEPTION_MESSAGE",
     "Action",
     "Decision",
     "DiscardMessage",
@@ -59,7 +62,6 @@ __all__ = [
 ]
 
 FAILURE_CACHE_SIZE = 10_000
-MAX_EXCEPTION_MESSAGE = 16_384
 FAILURE_TEXT_BUDGET = 4_000_000
 """Characters of exception messages and stack traces the failure records keep in all; beyond
 it the oldest records keep only a short head of the message and tail of the stack trace."""

@@ -108,7 +108,7 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
     def __repr__(self) -> str:
         # Never show a password, even in a repr that ends up in a traceback.
-        from endpoint_runtime.embedded import redact_dsn
+        from endpoint_runtime.redaction import redact_dsn
 
         fields = {f: getattr(self, f) for f in self.__struct_fields__}
         fields["dsn"] = redact_dsn(self.dsn) if self.dsn else None

@@ -29,6 +29,7 @@ import structlog
 
 from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.messages import (
+    MACHINE,
     ErrorHeaders,
     Headers,
     OutgoingMessage,
@@ -36,7 +37,6 @@ from endpoint_runtime.messages import (
     to_wire_time,
     utc_now,
 )
-from endpoint_runtime.outgoing import MACHINE
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import sql

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
-from endpoint_runtime.cli.common import positive_int
+from endpoint_runtime.arguments import positive_int
 
 DEFAULT_OUT = Path("endpoint-runtime-report")
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)$")

@@ -6,6 +6,10 @@ import argparse
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+# The argument types, importable from here as they always were (the report and the submit
+# script use them too, and the report is a library first: they live below the commands).
+from endpoint_runtime.arguments import positive_float as positive_float
+from endpoint_runtime.arguments import positive_int as positive_int
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.settings import TransportSettings
@@ -44,23 +48,3 @@ def printable(text: str, keep: str = "\n\t") -> str:
 def _is_control(char: str) -> bool:
     code = ord(char)
     return code < 0x20 or 0x7F <= code < 0xA0
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1 (got {value})")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive (got {value})")
-    return value

@@ -21,9 +21,9 @@ import time
 import asyncpg
 import structlog
 
-from endpoint_runtime import error_queue
 from endpoint_runtime.circuit_breakers import CircuitBreaker, CriticalErrorHandler
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
+from endpoint_runtime.delayed.undeliverable import move_undeliverable
 from endpoint_runtime.settings import DelayedDeliverySettings
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
@@ -201,8 +201,7 @@ class DelayedMessageMover:
     async def _move_to_error_queue(
         self, connection: DatabaseConnection, message: DelayedMessage, exc: Exception
     ) -> None:
-        await error_queue.move_undeliverable(connection, self._error_address, message, exc,
-                                             self._endpoint)
+        await move_undeliverable(connection, self._error_address, message, exc, self._endpoint)
         await self.store.remove(connection, message)
         self.moved_to_error += 1
         log.error("delayed_message_to_error_queue", destination=message.destination,
