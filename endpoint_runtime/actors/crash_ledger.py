@@ -35,12 +35,14 @@ Only the messages whose handlers were running count: the other rows of a batch, 
 waiting for their commit, are not suspects. A message in flight beside the culprit is
 counted too; it would need to be beside it at three deaths to go to the error queue.
 
-Example (receiver side)::
+Example (receiver side: the pipeline calls ``enter``/``leave`` around each message's
+handlers, through its ``in_flight``)::
 
     ledger = CrashLedger.create("sales-1a2b3c4d", records=4)
-    pipeline.handle = ledger.track(pipeline.handle)
-    ...
-    ledger.close()  # a graceful stop removes the file
+    pipeline.in_flight = ledger
+    record = ledger.enter(message.native_id)  # handlers start
+    ledger.leave(record)                       # handlers end, however
+    ledger.close()                             # a graceful stop removes the file
 """
 
 from __future__ import annotations

@@ -19,8 +19,10 @@ table of ``--config FILE`` (optional) and the ``ENDPOINT_RUNTIME_*`` environment
 of the runtime (:class:`~endpoint_runtime.errors.EndpointRuntimeError`) print one line on stderr
 and exit with status 2.
 
-One module per command: ``run``, ``send``, ``queues``, ``errors``, ``database`` (``db``); each
-adds its subparser with ``add_parser`` and holds the coroutines that carry the command out.
+One module per command: ``run``, ``send``, ``queues``, ``errors``, ``status``,
+``subscriptions``, ``ingest``, ``report`` and ``database`` (``db``: ``db install``, ``db url``,
+``db psql``, ``db stop``); each adds its subparser with ``add_parser`` and holds the coroutines
+that carry the command out. ``status_lines`` and ``common`` are shared by them.
 """
 
 from __future__ import annotations
