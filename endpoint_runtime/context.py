@@ -12,25 +12,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
 
 import msgspec
 import structlog
 
-from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError, QueueNotFoundError
+from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.messages import (
-    MACHINE,
     Headers,
     MessageIntent,
     OutgoingMessage,
     TransportMessage,
-    new_message_id,
-    to_wire_time,
-    utc_now,
 )
 from endpoint_runtime.metrics import Metrics
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.outgoing import OutgoingHook, create_outgoing, due_time
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import (
     SubscriptionStore,
@@ -42,8 +38,8 @@ from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection, is_lost
 from endpoint_runtime.transport.queue_tables import ensure_queue_table
 
-if TYPE_CHECKING:  # the transactions package gives handlers these; it imports this module
-    from endpoint_runtime.transactions.connections import (
+if TYPE_CHECKING:  # the savepoint proxies the transaction strategies give handlers
+    from endpoint_runtime.transport.savepoints import (
         LazySavepointConnection,
         OpenTransactionConnection,
     )
@@ -63,31 +59,6 @@ class OutgoingDispatcher(Protocol):
         self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool,
         due: datetime | None = None,
     ) -> None: ...
-
-
-def due_time(delay: timedelta | None, deliver_at: datetime | None,
-             time_to_be_received: timedelta | None, can_defer: bool) -> datetime | None:
-    """When a deferred message is due; ``None`` when it goes at once (no delay, or past due).
-
-    Raises :class:`ConfigurationError` for a delay with a time-to-be-received, both a delay and
-    a due time, a naive due time, or a sender that cannot defer (send-only).
-    """
-    if delay is None and deliver_at is None:
-        return None
-    if delay is not None and deliver_at is not None:
-        raise ConfigurationError("give either delay or deliver_at, not both")
-    if time_to_be_received is not None:
-        raise ConfigurationError(
-            "a delayed message cannot have a time_to_be_received: it could expire while waiting"
-        )
-    if not can_defer:
-        raise ConfigurationError(
-            "a send-only endpoint cannot defer messages (it has no delayed-message store)"
-        )
-    if deliver_at is not None and deliver_at.tzinfo is None:
-        raise ConfigurationError("deliver_at must be an aware datetime (e.g. in UTC)")
-    due = deliver_at if deliver_at is not None else utc_now() + (delay or timedelta(0))
-    return due if due > utc_now() else None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -123,6 +94,7 @@ class HandlerContext:
         allowed_schemas: frozenset[str] | None = None,
         error_address: QueueAddress | None = None,
         metrics: Metrics | None = None,
+        outgoing_hooks: list[OutgoingHook] | None = None,
     ) -> None:
         self.transport_message = message
         self.message_id = message.message_id
@@ -141,6 +113,8 @@ class HandlerContext:
         self._error_address = error_address
         """Where a publish records the copy of a subscriber whose queue does not exist."""
         self._metrics = metrics
+        self._outgoing_hooks = outgoing_hooks
+        """The chain's steps' hooks: they see the headers of every message sent here."""
         self._sent: set[tuple[str, QueueAddress]] = set()
         self.processing_started: float | None = None
         """Epoch seconds when the handlers started (for audit and metrics)."""
@@ -273,21 +247,6 @@ class HandlerContext:
         if self._metrics is not None:
             self._metrics.publish_undeliverable(message_type_name(type(event)))
 
-    async def dispatch_audit_copy(self, audit_address: QueueAddress) -> None:
-        """The audit copy of the handled message, with its processing headers (under a row id
-        of its own, so that a message processed twice is audited twice)."""
-        message = self.transport_message
-        headers = dict(message.headers)
-        headers[Headers.PROCESSING_ENDPOINT] = self.endpoint
-        headers[Headers.PROCESSING_MACHINE] = MACHINE
-        for name, moment in ((Headers.PROCESSING_STARTED, self.processing_started),
-                             (Headers.PROCESSING_ENDED, self.processing_ended)):
-            if moment is not None:
-                headers[name] = to_wire_time(datetime.fromtimestamp(moment, UTC))
-        copy = OutgoingMessage(message_id=new_message_id(), headers=headers, body=message.body,
-                               time_to_be_received=None)
-        await self._dispatcher.dispatch(audit_address, copy, immediate=False)
-
     async def _send(
         self,
         message: msgspec.Struct,
@@ -306,18 +265,14 @@ class HandlerContext:
             if isinstance(destination, QueueAddress)
             else parse_address(destination, self._local_address.schema)
         )
-        extra = {}
-        if due is not None:
-            extra[Headers.DELIVER_AT] = to_wire_time(due)
-        if headers:
-            extra.update(headers)
-        outgoing = self._outgoing(message, intent, extra, time_to_be_received, message_id)
+        outgoing = self._outgoing(message, intent, headers, time_to_be_received, message_id, due)
         await self._dispatch(address, outgoing, immediate, due)
         return outgoing.message_id
 
     def _outgoing(
-        self, message: msgspec.Struct, intent: MessageIntent, headers: Mapping[str, str],
+        self, message: msgspec.Struct, intent: MessageIntent, headers: Mapping[str, str] | None,
         time_to_be_received: timedelta | None, message_id: str | None,
+        due: datetime | None = None,
     ) -> OutgoingMessage:
         return create_outgoing(
             message,
@@ -327,8 +282,10 @@ class HandlerContext:
             conversation_id=self.headers.get(Headers.CONVERSATION_ID),
             correlation_id=self.correlation_id,
             message_id=message_id,
-            headers={Headers.RELATED_TO: self.message_id, **headers},
+            headers={Headers.RELATED_TO: self.message_id, **(headers or {})},
             time_to_be_received=time_to_be_received,
+            due=due,
+            hooks=self._outgoing_hooks,
         )
 
     async def _dispatch(

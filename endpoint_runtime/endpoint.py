@@ -27,12 +27,15 @@ import msgspec
 import structlog
 
 from endpoint_runtime.business_schema import BusinessSchema, InstallHook
+from endpoint_runtime.chain import build_pipeline
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.delayed import DelayedMessageStore, PostgresDelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.handlers import Handler, HandlerRegistry
 from endpoint_runtime.message_kinds import check_subscribable, commands, subscribable
-from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.metrics import Metrics
+from endpoint_runtime.modes import rules_of
+from endpoint_runtime.pipeline import Pipeline, Step, UserStep, check_user_step
 from endpoint_runtime.recoverability import RecoverabilityPolicy, RetryLimits
 from endpoint_runtime.sender import Sender
 from endpoint_runtime.settings import (
@@ -43,14 +46,13 @@ from endpoint_runtime.settings import (
     load_settings,
 )
 from endpoint_runtime.settings import replace as replace_settings
+from endpoint_runtime.steps import InFlight
 from endpoint_runtime.subscriptions import (
     SubscriptionStore,
     prune_subscriptions,
     subscribe_to_handled_types,
-    subscription_store,
     topics_of,
 )
-from endpoint_runtime.transactions import TransactionMode
 from endpoint_runtime.transactions.assembly import strategy_for
 from endpoint_runtime.transactions.base import ReceiveStrategy
 from endpoint_runtime.transport.addresses import (
@@ -121,6 +123,8 @@ class Endpoint:
         self.critical_error_handlers: list[Callable[[str, BaseException], None]] = []
         self.throttling_started_handlers: list[Callable[[], None]] = []
         self.throttling_ended_handlers: list[Callable[[], None]] = []
+        self.user_steps: list[UserStep] = []
+        """Steps added with :meth:`add_step`, in the order they were added."""
         self._defined_in = sys._getframe(1).f_globals.get("__name__", "")
         self.sender = Sender(
             name, settings.transport, local_address=self.address, delayed_store=self.delayed_store,
@@ -208,11 +212,44 @@ class Endpoint:
         limits = None
         if immediate_retries is not None or delayed_retries is not None:
             retries = (immediate_retries or 0) + (delayed_retries or 0)
-            if self.settings.mode is TransactionMode.NONE and retries:
-                raise ConfigurationError("retries cannot be used with TransactionMode.NONE")
+            mode = self.settings.mode
+            if not rules_of(mode).retries and retries:
+                raise ConfigurationError(f"retries cannot be used with TransactionMode.{mode.name}")
             limits = RetryLimits(immediate_retries=immediate_retries,
                                  delayed_retries=delayed_retries)
         self.registry.register(handler, message_type, limits)
+
+    # -- steps of the chain ---------------------------------------------------------------
+
+    def add_step(self, name: str, step: Step, *, before: str | None = None,
+                 after: str | None = None) -> Step:
+        """Add ``step`` to this endpoint's chain (see docs/pipeline.md); returned unchanged.
+
+        ``step`` is ``async def step(context, next)`` (or an object with such a
+        ``__call__``): it does its part and ``await next(context)`` to go on; a step that does
+        not call ``next`` consumes the message. User steps run after screening and
+        recoverability (and, with the outbox, inside its business transaction) and before the
+        audit copy and the handler invocation; ``before``/``after`` name another user step,
+        or ``after="recoverability"`` (first) / ``before="invoke_handlers"`` (last, the
+        default). A step that raises fails the attempt like a handler.
+
+        Example::
+
+            async def tenant(context: IncomingContext, next: Next) -> None:
+                tenant = context.headers.get("Acme.Tenant")
+                if tenant:
+                    context.on_outgoing(lambda headers: headers.setdefault("Acme.Tenant", tenant))
+                await next(context)
+
+            endpoint.add_step("tenant", tenant)
+        """
+        if self.send_only:
+            raise ConfigurationError(f"send-only endpoint {self.name!r} has no chain")
+        if not callable(step):
+            raise ConfigurationError(f"step {name!r} must be callable as step(context, next)")
+        check_user_step(name, before, after, (user.name for user in self.user_steps))
+        self.user_steps.append(UserStep(name, step, before, after))
+        return step
 
     # -- business tables ----------------------------------------------------------------------
 
@@ -298,13 +335,18 @@ class Endpoint:
 
     # -- what receivers build from it -------------------------------------------------------
 
-    def create_pipeline(self, settings: EndpointSettings | None = None) -> Pipeline:
+    def create_pipeline(
+        self, settings: EndpointSettings | None = None, *, metrics: Metrics | None = None,
+        in_flight: InFlight | None = None,
+        guard_store: Callable[[DelayedMessageStore], DelayedMessageStore] | None = None,
+    ) -> Pipeline:
+        """The chain of this endpoint (:func:`endpoint_runtime.chain.build_pipeline`); a
+        receiver actor adds its metrics, its crash ledger (``in_flight``) and the circuit
+        breaker of the delayed store (``guard_store``) here, as it builds it."""
         settings = settings or self.settings
-        return Pipeline(
-            endpoint=self.name,
-            registry=self.registry,
-            local_address=self.address,
-            error_address=QueueAddress.parse(settings.error_queue, settings.transport.schema),
+        return build_pipeline(
+            endpoint=self.name, address=self.address, registry=self.registry,
+            settings=settings,
             policy=RecoverabilityPolicy(
                 immediate_retries=settings.retries,
                 delayed_retries=settings.delayed_retry_count,
@@ -312,12 +354,8 @@ class Endpoint:
                 give_up_after=settings.delayed_retries_give_up_after,
                 unrecoverable=self.unrecoverable_exceptions,
             ),
-            delayed_store=self.delayed_store if settings.delayed_delivery.enabled else None,
-            subscriptions=subscription_store(settings.transport),
-            audit_address=(QueueAddress.parse(settings.audit_queue, settings.transport.schema)
-                           if settings.audit_queue else None),
-            allowed_schemas=(frozenset(settings.transport.allowed_schemas)
-                             if settings.transport.allowed_schemas is not None else None),
+            delayed_store=self.delayed_store, user_steps=self.user_steps,
+            metrics=metrics, in_flight=in_flight, guard_store=guard_store,
         )
 
     @staticmethod

@@ -1,413 +1,286 @@
-"""The path of one message, without Ray and without SQL text.
+"""The chain: the path of one message as an ordered list of named steps, without Ray or SQL.
 
-:meth:`Pipeline.process` takes a received message through every step, in this order:
+A transaction strategy (``endpoint_runtime.transactions``) enters it once per message,
+``await pipeline.run(message, unit)``, where the :class:`Unit` carries what its mode provides
+(NServiceBus's transport transaction): the executor of recoverability's moves, the dispatcher of
+outgoing messages, the handlers' connection, and the hooks the steps leave for the end of the
+transaction. Each step is ``async def __call__(context, next)`` and calls ``await
+next(context)`` to go on (NServiceBus's behaviors, dramatiq's middleware). The built-in steps,
+in order (``endpoint_runtime.steps``; the outbox's in ``endpoint_runtime.outbox``):
 
-1. the per-message log context (endpoint, message id, attempt);
-2. **screen**: headers that do not parse move the raw row to the error queue; a message whose
-   failures recoverability has given up on (or has a delayed retry for) is moved, not handled;
-3. **handle**: decode the body, run every handler of its type in registration order (the
-   receiver-death ledger holds the native id meanwhile), then the audit copy; a failure is
-   counted here, with the retry limits of the handler that raised.
+==================  ============================================================================
+``log_context``     the per-message log context (endpoint, message id, attempt)
+``recoverability``  screening (poison rows, decided failures: moved, not handled) and the
+                    counting of every failure raised below it
+``crash_ledger``    (receiver actors) the message's native id noted while it is in the steps
+``metrics``         processing counters and metrics, counted once the work committed
+``outbox``          (outbox mode) deduplication, the business transaction, the record and its
+                    dispatch
+(user steps)        :meth:`endpoint_runtime.endpoint.Endpoint.add_step`
+``audit``           (with ``audit_queue``) the audit copy, once the handlers ran
+``invoke_handlers`` decode the body, run every handler of its type in registration order
+==================  ============================================================================
 
-It returns an :class:`Outcome`. A transaction strategy (``endpoint_runtime.transactions``) owns
-only where the transaction begins and ends around it: it commits after ``CONSUMED`` and
-``HANDLED`` (then calls :meth:`Pipeline.succeeded`) and rolls back after ``FAILED``; a failure of
-the commit itself is charged with :meth:`Pipeline.failed`. The outbox, whose handlers run in a
-business transaction of their own, calls the two halves (:meth:`screen`, :meth:`handle`).
+:meth:`Pipeline.run` returns an :class:`Outcome`: the strategy commits after ``HANDLED`` and
+``CONSUMED`` and rolls back after ``FAILED``; then it calls :meth:`Unit.committed` or
+:meth:`Unit.rolled_back`, which run the hooks the steps registered.
 """
 
 from __future__ import annotations
 
 import enum
-import time
-import uuid
-from datetime import timedelta
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-import asyncpg
-import structlog
-
-from endpoint_runtime import error_queue
-from endpoint_runtime.context import HandlerConnection, HandlerContext, OutgoingDispatcher
-from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
-from endpoint_runtime.errors import (
-    QueueNotFoundError,
-    RecoverabilityFailedError,
-    TransactionAbortedError,
-    UnknownMessageTypeError,
-)
-from endpoint_runtime.handlers import HandlerRegistry
-from endpoint_runtime.logging import bind_message_context
-from endpoint_runtime.messages import (
-    Headers,
-    PoisonMessage,
-    TransportMessage,
-    encode_headers,
-    to_wire_time,
-    utc_now,
-)
-from endpoint_runtime.metrics import UNKNOWN_TYPE, Metrics
-from endpoint_runtime.recoverability import (
-    Action,
-    Decision,
-    FailedMessages,
-    Failure,
-    RecoverabilityPolicy,
-    RetryLimits,
-    delayed_retry_headers,
-)
-from endpoint_runtime.serialization import message_type_name
-from endpoint_runtime.subscriptions import SubscriptionStore
+from endpoint_runtime.context import HandlerConnection, OutgoingDispatcher
+from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.messages import PoisonMessage, TransportMessage
+from endpoint_runtime.outgoing import OutgoingHook
+from endpoint_runtime.recoverability import RetryLimits
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.sending import Executor
 
-log = structlog.get_logger("endpoint_runtime.pipeline")
-
-
-CONNECTION_LOSS = (
-    asyncpg.PostgresConnectionError,  # SQLSTATE class 08: the connection does not exist...
-    asyncpg.OperatorInterventionError,  # 57: terminated by an administrator, shutdown
-    ConnectionError,
-)
-"""Errors of the handlers' connection, not of the message: raised to the receive loop."""
+if TYPE_CHECKING:
+    from endpoint_runtime.delayed.store import DelayedMessageStore
+    from endpoint_runtime.recoverability import FailedMessages
+    from endpoint_runtime.steps import ProcessingStats
 
 
 class Outcome(enum.Enum):
-    """How :meth:`Pipeline.process` left a message."""
+    """How :meth:`Pipeline.run` left a message."""
 
     HANDLED = "handled"
-    """Handlers ran: commit (with the outgoing messages), then ``succeeded``."""
+    """The steps ran to their end (or a step consumed the message): commit, with the outgoing
+    messages."""
     CONSUMED = "consumed"
     """Moved by recoverability (error queue, delayed retry, discard): commit."""
     FAILED = "failed"
     """An attempt failed and was counted: roll back (the row comes back)."""
 
 
-class InFlight(Protocol):
-    """Where a receiver notes the messages in its handlers (``actors.crash_ledger``)."""
+class Unit:
+    """What a transaction mode provides for one message, and what happens when it ends.
 
-    def enter(self, native_id: uuid.UUID) -> int | None: ...
+    ``executor`` runs recoverability's moves (the receive transaction's connection);
+    ``dispatcher`` takes the outgoing messages and ``connection`` is the handlers', as the mode
+    wants. ``retries``: whether a failed message comes back (not in ``TransactionMode.NONE``);
+    ``spare``: where moves go when the handlers were cancelled mid-query (the pool).
 
-    def leave(self, record: int | None) -> None: ...
+    Steps leave hooks with :meth:`after_commit` and :meth:`after_rollback`; the strategy runs
+    them once the message's transaction ended (:meth:`committed`, :meth:`rolled_back`).
+    """
+
+    __slots__ = ("_on_commit", "_on_rollback", "connection", "dispatcher", "executor",
+                 "retries", "spare")
+
+    def __init__(
+        self, executor: Executor, dispatcher: OutgoingDispatcher,
+        connection: HandlerConnection | None, *, retries: bool = True,
+        spare: Executor | None = None,
+    ) -> None:
+        self.executor = executor
+        self.dispatcher = dispatcher
+        self.connection = connection
+        self.retries = retries
+        self.spare = spare
+        self._on_commit: list[Callable[[], None]] | None = None
+        self._on_rollback: list[Callable[[BaseException | None], None]] | None = None
+
+    def after_commit(self, hook: Callable[[], None]) -> None:
+        """Run ``hook()`` once the message's work committed."""
+        if self._on_commit is None:
+            self._on_commit = []
+        self._on_commit.append(hook)
+
+    def after_rollback(self, hook: Callable[[BaseException | None], None]) -> None:
+        """Run ``hook(charged)`` once the message's work rolled back: ``charged`` is the
+        failure of the commit itself, charged to the message, else ``None``."""
+        if self._on_rollback is None:
+            self._on_rollback = []
+        self._on_rollback.append(hook)
+
+    def committed(self) -> None:
+        hooks, self._on_commit, self._on_rollback = self._on_commit, None, None
+        for hook in hooks or ():
+            hook()
+
+    def rolled_back(self, charged: BaseException | None = None) -> None:
+        hooks, self._on_commit, self._on_rollback = self._on_rollback, None, None
+        for hook in hooks or ():
+            hook(charged)
 
 
-class NothingInFlight:
-    def enter(self, native_id: uuid.UUID) -> int | None:
+class IncomingContext:
+    """One message on its way through the steps.
+
+    Attributes:
+        message: the received message (a :class:`PoisonMessage` only until screening).
+        unit: what the mode provides (:class:`Unit`).
+        dispatcher, connection: what the handlers get, the unit's unless a step replaced
+            them (the outbox collects the outgoing messages and runs the handlers on its
+            business connection).
+        outgoing_hooks: called with the headers of every message the handlers send; a step
+            adds one with :meth:`on_outgoing`.
+        items: free room for user steps' state.
+    """
+
+    __slots__ = ("connection", "dispatcher", "ended", "items", "limits", "message",
+                 "message_type", "outcome", "outgoing_hooks", "started", "unit")
+
+    def __init__(self, message: TransportMessage | PoisonMessage, unit: Unit) -> None:
+        self.message = message
+        self.unit = unit
+        self.dispatcher = unit.dispatcher
+        self.connection = unit.connection
+        self.outcome = Outcome.HANDLED
+        self.limits: RetryLimits | None = None
+        """The retry limits of the handler running (or that raised)."""
+        self.message_type: type | None = None
+        self.started: float | None = None
+        """Epoch seconds when the handlers started; ``ended``: when they returned."""
+        self.ended: float | None = None
+        self.outgoing_hooks: list[OutgoingHook] | None = None
+        self.items: dict[str, Any] = {}
+
+    @property
+    def transport_message(self) -> TransportMessage:
+        """The message past screening (poison rows never get there)."""
+        assert isinstance(self.message, TransportMessage)
+        return self.message
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.transport_message.headers
+
+    def on_outgoing(self, hook: OutgoingHook) -> None:
+        """Call ``hook(headers)`` for every message the handlers send, reply or publish,
+        before it is written: add or change headers there."""
+        if self.outgoing_hooks is None:
+            self.outgoing_hooks = []
+        self.outgoing_hooks.append(hook)
+
+    @property
+    def handlers_ran(self) -> bool:
+        return self.ended is not None
+
+
+Next = Callable[[IncomingContext], Awaitable[None]]
+
+
+class Step(Protocol):
+    """A step of the chain: does its part and calls ``await next(context)`` to go on; a step
+    that does not call it consumes the message (the steps after it do not run)."""
+
+    def __call__(self, context: IncomingContext, next: Next) -> Awaitable[None]: ...
+
+
+BUILT_IN = ("log_context", "recoverability", "crash_ledger", "metrics", "outbox", "audit",
+            "invoke_handlers")
+"""The built-in steps in their order; the ones a chain does not need are left out."""
+FIRST_USER_ANCHOR = "recoverability"
+"""``after=`` this: the first of the user steps."""
+LAST_USER_ANCHOR = "invoke_handlers"
+"""``before=`` this: the last of the user steps."""
+
+
+class UserStep:
+    """A step a user added: its name and where it goes among the other user steps."""
+
+    __slots__ = ("after", "before", "name", "step")
+
+    def __init__(self, name: str, step: Step, before: str | None, after: str | None) -> None:
+        self.name, self.step, self.before, self.after = name, step, before, after
+
+
+def order_user_steps(added: Sequence[UserStep]) -> list[UserStep]:
+    """The user steps in chain order: each where its ``before``/``after`` puts it (by the
+    other user steps' names, or the anchors ``after="recoverability"`` = first,
+    ``before="invoke_handlers"`` = last), else in the order they were added."""
+    ordered: list[UserStep] = []
+    for user in added:
+        if user.before is not None and user.before != LAST_USER_ANCHOR:
+            index = _index(ordered, user.before, user.name)
+        elif user.after is not None and user.after != FIRST_USER_ANCHOR:
+            index = _index(ordered, user.after, user.name) + 1
+        elif user.after == FIRST_USER_ANCHOR:
+            index = 0
+        else:
+            index = len(ordered)
+        ordered.insert(index, user)
+    return ordered
+
+
+def _index(ordered: list[UserStep], anchor: str, name: str) -> int:
+    for index, user in enumerate(ordered):
+        if user.name == anchor:
+            return index
+    raise ConfigurationError(f"step {name!r}: no step {anchor!r} added before it")
+
+
+def check_user_step(name: str, before: str | None, after: str | None,
+                    known: Iterable[str]) -> None:
+    """Fail at once on a name that is taken or a position outside the documented ones."""
+    taken = set(known)
+    if name in BUILT_IN or name in taken:
+        raise ConfigurationError(f"a step named {name!r} exists already")
+    if before is not None and after is not None:
+        raise ConfigurationError(f"step {name!r}: give before= or after=, not both")
+    for anchor, allowed in ((before, LAST_USER_ANCHOR), (after, FIRST_USER_ANCHOR)):
+        if anchor is not None and anchor != allowed and anchor not in taken:
+            raise ConfigurationError(
+                f"step {name!r}: user steps run after recoverability and before the handler "
+                f"invocation; place it {'before' if anchor is before else 'after'} "
+                f"{allowed!r} or another user step (got {anchor!r}; steps: {sorted(taken)})")
+
+
+def compose(steps: Sequence[Step]) -> Next:
+    """The entry of ``steps``: each step's ``next`` is the one after it (built once)."""
+
+    async def end(context: IncomingContext) -> None:
         return None
 
-    def leave(self, record: int | None) -> None:
-        return None
+    entry: Next = end
+    for step in reversed(steps):
+        entry = _link(step, entry)
+    return entry
 
 
-class ProcessingStats:
-    """Counters a receiver reports to the peeker (and, later, to metrics); ``processed``
-    counts messages whose work committed."""
-
-    def __init__(self) -> None:
-        self.processed = 0
-        self.failed = 0
-        self.moved_to_error = 0
-        self.delayed_retries = 0
-        self.discarded = 0
-        self.consecutive_failures = 0
-        self.processing_seconds = 0.0
-        self.last_started = 0.0
-        """Epoch seconds at which the last handled message's handlers started."""
-        self.last_ended = 0.0
-
-
-class HandledAwaitingCommit:
-    """Messages whose handlers returned, by native id, until their work commits
-    (:meth:`Pipeline.succeeded` counts them then) or fails (:meth:`Pipeline.failed` drops
-    them). Bounded: an entry whose round never ended (a lost connection, a batch another
-    receiver took over) is dropped, oldest first, past ``limit``."""
-
-    def __init__(self, limit: int = 10_000) -> None:
-        self._limit = limit
-        self._entries: dict[uuid.UUID, tuple[str, float, float]] = {}
-
-    def note(self, native_id: uuid.UUID, handled: tuple[str, float, float]) -> None:
-        self._entries.pop(native_id, None)
-        self._entries[native_id] = handled
-        if len(self._entries) > self._limit:
-            del self._entries[next(iter(self._entries))]
-
-    def take(self, native_id: uuid.UUID) -> tuple[str, float, float] | None:
-        return self._entries.pop(native_id, None)
-
-    def __len__(self) -> int:
-        return len(self._entries)
+def _link(step: Step, following: Next) -> Next:
+    # A plain function returning the step's coroutine: no coroutine frame of its own.
+    return lambda context: step(context, following)
 
 
 class Pipeline:
-    """Runs handlers for messages of one endpoint and applies recoverability."""
+    """The chain of one endpoint: its steps in order, entered by :meth:`run`.
+
+    Built by :meth:`endpoint_runtime.endpoint.Endpoint.create_pipeline`. ``stats``,
+    ``failures``, ``local_address``, ``audit_address`` and ``delayed_store`` are read by the
+    strategies and the receiver; nothing outside the chain calls its steps.
+    """
 
     def __init__(
-        self,
-        *,
-        endpoint: str,
-        registry: HandlerRegistry,
-        local_address: QueueAddress,
-        error_address: QueueAddress,
-        policy: RecoverabilityPolicy,
-        delayed_store: DelayedMessageStore | None = None,
-        subscriptions: SubscriptionStore | None = None,
+        self, *, endpoint: str, local_address: QueueAddress,
+        steps: Sequence[tuple[str, Step]],
+        stats: ProcessingStats, failures: FailedMessages,
         audit_address: QueueAddress | None = None,
-        allowed_schemas: frozenset[str] | None = None,
+        delayed_store: DelayedMessageStore | None = None,
     ) -> None:
         self.endpoint = endpoint
-        self.subscriptions = subscriptions
-        self.audit_address = audit_address
-        self.allowed_schemas = allowed_schemas
-        """Schemas whose queues handlers may send to (``None``: any; see
-        ``transport.queue_tables``)."""
-        self.registry = registry
         self.local_address = local_address
-        self.error_address = error_address
-        self.policy = policy
+        self.audit_address = audit_address
         self.delayed_store = delayed_store
-        self.failures = FailedMessages()
-        self.stats = ProcessingStats()
-        self.metrics = Metrics()
-        """Replaced by :class:`~endpoint_runtime.metrics.RayMetrics` in receiver actors."""
-        self._type_tags: dict[type, str] = {}
-        self._handled = HandledAwaitingCommit()
-        self.in_flight: InFlight = NothingInFlight()
-        """Replaced by the receiver-death ledger in receiver actors."""
+        self.stats = stats
+        self.failures = failures
+        self.steps = dict(steps)
+        """The steps by name, in chain order."""
+        self._entry = compose(list(self.steps.values()))
 
-    def bind_log_context(self, message: TransportMessage | PoisonMessage) -> None:
-        """Per-message log context (endpoint, message_id, attempt); see
-        :func:`endpoint_runtime.logging.bind_message_context`."""
-        failure = self.failures.get(message.native_id) if self.failures else None
-        bind_message_context(
-            self.endpoint,
-            message.message_id if isinstance(message, TransportMessage) else str(message.native_id),
-            (failure.attempts if failure else 0) + 1,
-        )
+    def step(self, name: str) -> Any:
+        """The step called ``name`` (for tests and status)."""
+        return self.steps[name]
 
-    def _type_tag(self, message_type: type) -> str:
-        tag = self._type_tags.get(message_type)
-        if tag is None:  # registered types only: a bounded set
-            tag = self._type_tags[message_type] = message_type_name(message_type)
-        return tag
-
-    def _type_tag_of(self, message: TransportMessage) -> str:
-        """The metrics tag of a message's type: a registered type's name, else "unknown"."""
-        try:
-            return self._type_tag(self.registry.message_types.resolve(
-                message.headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "")))
-        except UnknownMessageTypeError:
-            return UNKNOWN_TYPE
-
-    def new_context(
-        self, message: TransportMessage, dispatcher: OutgoingDispatcher,
-        connection: HandlerConnection | None,
-    ) -> HandlerContext:
-        """What the handlers of ``message`` see; ``dispatcher`` takes their outgoing messages
-        (and the audit copy) the way the transaction mode wants."""
-        return HandlerContext(
-            message=message, endpoint=self.endpoint, local_address=self.local_address,
-            dispatcher=dispatcher, connection=connection, subscriptions=self.subscriptions,
-            allowed_schemas=self.allowed_schemas,
-            error_address=self.error_address, metrics=self.metrics,
-        )
-
-    async def process(
-        self, received: TransportMessage | PoisonMessage, executor: Executor,
-        dispatcher: OutgoingDispatcher, connection: HandlerConnection | None,
-    ) -> Outcome:
-        """Every step of one message (see the module docstring). ``executor`` runs the moves of
-        recoverability (the receive transaction's connection); ``dispatcher`` takes the
-        handlers' outgoing messages and ``connection`` is theirs, as the mode wants."""
-        self.bind_log_context(received)
-        screened = await self.screen(received, executor)
-        if screened is not None:
-            return screened
-        assert isinstance(received, TransportMessage)
-        return await self.handle(received, self.new_context(received, dispatcher, connection))
-
-    async def screen(
-        self, received: TransportMessage | PoisonMessage, executor: Executor
-    ) -> Outcome | None:
-        """Poison rows and messages recoverability has decided on are moved here
-        (``CONSUMED``); ``None``: handle the message."""
-        if isinstance(received, PoisonMessage):
-            await self.move_poison_to_error_queue(executor, received)
-            return Outcome.CONSUMED
-        decision = self.pending_decision(received)
-        if decision is None:
-            return None
-        await self.apply_decision(executor, received, decision)
-        return Outcome.CONSUMED
-
-    async def handle(self, message: TransportMessage, context: HandlerContext) -> Outcome:
-        """Decode the body and run every handler of its type, in registration order; then,
-        with the audit queue set, hand the audit copy to the context's dispatcher (so it
-        commits with the receive in atomic modes and with the dispatch in outbox mode).
-
-        A failure is counted (``FAILED``) unless the handlers' connection was lost: that is
-        the transport's failure, raised to the receive loop's circuit breaker.
-        """
-        limits = RetryLimits()
-        record = self.in_flight.enter(message.native_id)
-        try:
-            enclosed = message.headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "")
-            message_type = self.registry.message_types.resolve(enclosed)
-            body = self.registry.message_types.decode(message_type, message.body)
-            handlers = self.registry.handlers_for(message_type)
-            if not handlers:
-                raise UnknownMessageTypeError(enclosed)
-            started = time.time()
-            self.stats.last_started = context.processing_started = started
-            for handler in handlers:
-                limits = self.registry.limits_for(handler)
-                await handler(body, context)
-            limits = RetryLimits()
-            ended = time.time()
-            self.stats.last_ended = context.processing_ended = ended
-            if self.audit_address is not None:
-                await context.dispatch_audit_copy(self.audit_address)
-        except Exception as exc:
-            if context.connection_lost() or isinstance(exc, CONNECTION_LOSS):
-                raise
-            self.failed(message, exc, limits)
-            return Outcome.FAILED
-        finally:
-            self.in_flight.leave(record)
-        self._handled.note(message.native_id, (self._type_tag(message_type), started, ended))
-        return Outcome.HANDLED
-
-    def succeeded(self, message: TransportMessage) -> None:
-        """The message's work committed: its failure count goes, and it counts as processed
-        (``stats.processed``, the ``messages_processed`` metric) now, not when the handlers
-        returned: an attempt whose commit fails is a failed attempt, never a processed one."""
-        self.failures.forget(message.native_id)
-        handled = self._handled.take(message.native_id)
-        if handled is None:
-            return  # not handled by this pipeline (a duplicate the outbox skipped)
-        type_tag, started, ended = handled
-        self.stats.processing_seconds += ended - started
-        self.stats.processed += 1
-        self.metrics.processed(type_tag, started, ended, message.headers)
-        self.stats.consecutive_failures = 0
-
-    def failed(
-        self, message: TransportMessage, exc: BaseException,
-        limits: RetryLimits | None = None,
-    ) -> Failure:
-        """Count a failed attempt (``limits``: those of the handler that raised). A database
-        error "current transaction is aborted" is charged as :class:`TransactionAbortedError`:
-        a handler caught an error without a savepoint."""
-        exc = charged_exception(exc)
-        if isinstance(exc, QueueNotFoundError) and self.subscriptions is not None:
-            self.subscriptions.forget()  # a subscriber queue may be gone: read them again
-        self._handled.take(message.native_id)  # its handlers' work did not commit
-        failure = self.failures.record(
-            message.native_id, exc, unrecoverable=self.policy.is_unrecoverable(exc),
-            limits=limits or RetryLimits(),
-        )
-        self.stats.failed += 1
-        self.stats.consecutive_failures += 1
-        next_step = self.policy.decide(failure, message.headers).action
-        self.metrics.failed(self._type_tag_of(message),
-                            immediate_retry=next_step is Action.IMMEDIATE_RETRY)
-        log.warning(
-            "message_failed",
-            error=failure.summary(),  # one line; the traceback once, with the last attempt
-            attempts=failure.attempts,
-            next_step=next_step.value,
-            exc_info=exc if next_step is Action.ERROR_QUEUE else None,
-        )
-        return failure
-
-    def pending_decision(self, message: TransportMessage) -> Decision | None:
-        """What this delivery must do instead of handling, or ``None`` to handle it."""
-        if not self.failures:
-            return None
-        failure = self.failures.get(message.native_id)
-        if failure is None:
-            return None
-        decision = self.policy.decide(failure, message.headers)
-        return None if decision.action is Action.IMMEDIATE_RETRY else decision
-
-    async def apply_decision(
-        self, executor: Executor, message: TransportMessage, decision: Decision
-    ) -> None:
-        """Carry out a delayed retry, an error-queue move or a discard (the message is
-        consumed by the caller's commit)."""
-        failure = self.failures.get(message.native_id)
-        assert failure is not None, "a decision needs a recorded failure"
-        try:
-            if decision.action is Action.DISCARD:
-                self.stats.discarded += 1
-                log.warning("message_discarded", reason=failure.discard_reason)
-            elif decision.action is Action.DELAYED_RETRY and self.delayed_store is not None:
-                await self._store_delayed_retry(executor, message, decision.delay)
-            else:
-                await self.move_to_error_queue(executor, message, failure)
-        except Exception as exc:
-            raise RecoverabilityFailedError(message.native_id) from exc
-        self.failures.forget(message.native_id)
-
-    async def give_up(self, executor: Executor, message: TransportMessage) -> None:
-        """At most once (``TransactionMode.NONE``): a failed message cannot be retried, so a
-        copy goes to the error queue, unless the handler discarded it."""
-        decision = self.pending_decision(message)
-        if decision is None or decision.action is not Action.DISCARD:
-            decision = Decision(Action.ERROR_QUEUE)
-        await self.apply_decision(executor, message, decision)
-
-    async def move_to_error_queue(
-        self, executor: Executor, message: TransportMessage, failure: Failure
-    ) -> None:
-        await error_queue.move_failed(executor, self.error_address, message, failure,
-                                      str(self.local_address), self.endpoint)
-        self.failures.forget(message.native_id)
-        self.stats.moved_to_error += 1
-        self.metrics.moved_to_error(self._type_tag_of(message))
-        log.error("moved_to_error_queue", error_queue=str(self.error_address),
-                  reason=failure.exception_type, attempts=failure.attempts)
-
-    async def _store_delayed_retry(
-        self, executor: Executor, message: TransportMessage, delay: float
-    ) -> None:
-        assert self.delayed_store is not None
-        headers = delayed_retry_headers(message)
-        due = utc_now() + timedelta(seconds=delay)
-        headers[Headers.DELIVER_AT] = to_wire_time(due)
-        delayed = DelayedMessage(
-            id=message.native_id, destination=str(self.local_address), due=due,
-            headers=encode_headers(headers), body=message.body,
-        )
-        if isinstance(executor, asyncpg.Pool):
-            async with executor.acquire() as connection:
-                await self.delayed_store.store(connection, delayed)
-        else:
-            await self.delayed_store.store(executor, delayed)
-        self.stats.delayed_retries += 1
-        self.metrics.delayed_retry(self._type_tag_of(message))
-        # Info: the attempt's own warning (message_failed, next_step=delayed_retry) said it.
-        log.info("delayed_retry_scheduled", delay_s=round(delay, 3),
-                    retry=headers["NServiceBus.Retries"])
-
-    async def move_poison_to_error_queue(self, executor: Executor, message: PoisonMessage) -> None:
-        """Headers that do not parse: the raw row goes to the error queue as it is."""
-        try:
-            await error_queue.move_poison(executor, self.error_address, message)
-        except Exception as exc:
-            raise RecoverabilityFailedError(message.native_id) from exc
-        self.stats.moved_to_error += 1
-        self.metrics.moved_to_error(UNKNOWN_TYPE)
-        log.error("probable message metadata corruption", native_id=str(message.native_id),
-                  reason=message.reason, error_queue=str(self.error_address))
-
-
-def charged_exception(exc: BaseException) -> BaseException:
-    """The exception a failed attempt is charged with: "current transaction is aborted" from
-    any statement after a handler caught a database error says too little, so it becomes a
-    :class:`TransactionAbortedError` that says what to do."""
-    if isinstance(exc, asyncpg.InFailedSQLTransactionError):
-        aborted = TransactionAbortedError()
-        aborted.__cause__ = exc
-        return aborted
-    return exc
+    async def run(self, message: TransportMessage | PoisonMessage, unit: Unit) -> Outcome:
+        """Take ``message`` through every step (see the module docstring)."""
+        context = IncomingContext(message, unit)
+        await self._entry(context)
+        return context.outcome

@@ -17,11 +17,11 @@ from typing import Any
 import msgspec
 
 from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.context import due_time, parse_address
+from endpoint_runtime.context import parse_address
 from endpoint_runtime.delayed.store import DelayedMessageStore
 from endpoint_runtime.errors import ConfigurationError, QueueNotFoundError
-from endpoint_runtime.messages import Headers, MessageIntent, to_wire_time
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.messages import MessageIntent
+from endpoint_runtime.outgoing import OutgoingHook, as_delayed, create_outgoing, due_time
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.subscriptions import (
     SubscriptionStore,
@@ -30,7 +30,6 @@ from endpoint_runtime.subscriptions import (
     topics_of,
     undeliverable_copy,
 )
-from endpoint_runtime.transactions.base import as_delayed
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.queue_tables import ensure_queue_table
@@ -60,6 +59,15 @@ class Sender:
         self._local_address = local_address
         self._transport: PostgresTransport | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.outgoing_hooks: list[OutgoingHook] = []
+        """Called with the headers of every message this sender sends or publishes (see
+        :meth:`on_outgoing`)."""
+
+    def on_outgoing(self, hook: OutgoingHook) -> OutgoingHook:
+        """Call ``hook(headers)`` for every message sent or published from here, before it is
+        encoded (add a header to each, e.g. a tenant); returned unchanged."""
+        self.outgoing_hooks.append(hook)
+        return hook
 
     async def transport(self) -> PostgresTransport:
         loop = asyncio.get_running_loop()
@@ -86,16 +94,15 @@ class Sender:
         """
         due = due_time(delay, deliver_at, time_to_be_received, self._delayed_store is not None)
         transport = await self.transport()
-        extra = dict(headers or {})
-        if due is not None:
-            extra[Headers.DELIVER_AT] = to_wire_time(due)
         outgoing = create_outgoing(
             message,
             originating_endpoint=self.name,
             reply_to=str(self._local_address) if self._local_address else None,
             message_id=message_id,
-            headers=extra,
+            headers=headers,
             time_to_be_received=time_to_be_received,
+            due=due,
+            hooks=self.outgoing_hooks,
         )
         address = parse_address(destination, self._transport_settings.schema)
         if due is None:
@@ -129,6 +136,7 @@ class Sender:
             event, intent=MessageIntent.PUBLISH, originating_endpoint=self.name,
             reply_to=str(self._local_address) if self._local_address else None,
             message_id=message_id, headers={**enclosed_types(topics), **(headers or {})},
+            hooks=self.outgoing_hooks,
         )
         routes = await self.subscriptions.routes(transport.pool, topics, settings.schema)
         queues, missing = list(routes.queues), list(routes.missing)

@@ -11,7 +11,6 @@ Example::
 
 from __future__ import annotations
 
-import enum
 import os
 import tomllib
 import warnings
@@ -22,6 +21,8 @@ from typing import Any, Literal
 import msgspec
 
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.modes import TransactionMode as TransactionMode  # re-exported
+from endpoint_runtime.modes import needing, rules_of
 from endpoint_runtime.settings_rules import (
     S,
     check_finite,
@@ -35,18 +36,6 @@ ENV_PREFIX = "ENDPOINT_RUNTIME_"
 
 MIN_PEEK_DELAY = 0.1
 MAX_RECOMMENDED_PEEK_DELAY = 10.0
-
-
-class TransactionMode(enum.StrEnum):
-    """Transport transaction mode of an endpoint (NServiceBus ``TransportTransactionMode``);
-    one strategy module per mode in ``endpoint_runtime.transactions``."""
-
-    NONE = "none"
-    """Receive commits before handling; a failed message is not retried (at-most-once)."""
-    RECEIVE_ONLY = "receive_only"
-    """Receive is rolled back on failure; sends already made stay sent."""
-    SENDS_ATOMIC_WITH_RECEIVE = "sends_atomic_with_receive"
-    """Receive, sends and handler writes through ``context.connection`` commit as one."""
 
 
 class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -341,9 +330,10 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             raise ConfigurationError("min_receivers cannot be negative")
         if self.batch_size < 1:
             raise ConfigurationError("batch_size must be at least 1")
-        if self.batch_size > 1 and mode is not TransactionMode.SENDS_ATOMIC_WITH_RECEIVE:
+        rules = rules_of(mode)
+        if self.batch_size > 1 and not rules.batching:
             raise ConfigurationError(
-                "batched receive (batch_size > 1) needs TransactionMode.SENDS_ATOMIC_WITH_RECEIVE"
+                f"batched receive (batch_size > 1) needs {needing('batching')}"
             )
         for name in ("immediate_retries", "delayed_retries"):
             value = getattr(self, name)
@@ -351,14 +341,14 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
                 continue
             if value < 0:
                 raise ConfigurationError(f"{name} cannot be negative")
-            if mode is TransactionMode.NONE and value > 0:
+            if not rules.retries and value > 0:
                 raise ConfigurationError(
-                    f"{name} cannot be used with TransactionMode.NONE: the message is already "
-                    "gone from the queue when the handler runs"
+                    f"{name} cannot be used with TransactionMode.{mode.name}: the message is "
+                    "already gone from the queue when the handler runs"
                 )
-        if self.outbox is not None and mode is not TransactionMode.RECEIVE_ONLY:
+        if self.outbox is not None and not rules.outbox_base:
             raise ConfigurationError(
-                "the outbox needs TransactionMode.RECEIVE_ONLY transport transactions "
+                f"the outbox needs {needing('outbox_base')} transport transactions "
                 f"(got {mode.value}): it replaces atomic sends with its own records"
             )
         if self.on_critical_error not in ("stop", "log"):
@@ -377,14 +367,14 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         """Immediate retries in force (the default depends on the mode)."""
         if self.immediate_retries is not None:
             return self.immediate_retries
-        return 0 if self.mode is TransactionMode.NONE else 5
+        return rules_of(self.mode).default_immediate_retries
 
     @property
     def delayed_retry_count(self) -> int:
         """Delayed retries in force (the default depends on the mode)."""
         if self.delayed_retries is not None:
             return self.delayed_retries
-        return 0 if self.mode is TransactionMode.NONE else 3
+        return rules_of(self.mode).default_delayed_retries
 
     @property
     def max_receivers(self) -> int:

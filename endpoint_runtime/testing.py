@@ -195,11 +195,12 @@ class TestableHandlerContext(HandlerContext):
         return cast("DatabaseConnection", NoDatabase(self.endpoint))
 
     def _outgoing(
-        self, message: msgspec.Struct, intent: MessageIntent, headers: Mapping[str, str],
-        time_to_be_received: Any, message_id: str | None,
+        self, message: msgspec.Struct, intent: MessageIntent, headers: Mapping[str, str] | None,
+        time_to_be_received: Any, message_id: str | None, due: datetime | None = None,
     ) -> OutgoingMessage:
         # The one place where a message object becomes an outgoing message: remember which.
-        outgoing = super()._outgoing(message, intent, headers, time_to_be_received, message_id)
+        outgoing = super()._outgoing(message, intent, headers, time_to_be_received, message_id,
+                                     due)
         self._built.append((outgoing, message))
         return outgoing
 

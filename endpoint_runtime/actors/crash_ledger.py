@@ -35,11 +35,11 @@ Only the messages whose handlers were running count: the other rows of a batch, 
 waiting for their commit, are not suspects. A message in flight beside the culprit is
 counted too; it would need to be beside it at three deaths to go to the error queue.
 
-Example (receiver side: the pipeline calls ``enter``/``leave`` around each message's
-handlers, through its ``in_flight``)::
+Example (receiver side: the chain's ``crash_ledger`` step calls ``enter``/``leave`` around the
+steps after it, the handlers among them; the receiver builds the chain with it)::
 
     ledger = CrashLedger.create("sales-1a2b3c4d", records=4)
-    pipeline.in_flight = ledger
+    pipeline = endpoint.create_pipeline(settings, in_flight=ledger)
     record = ledger.enter(message.native_id)  # handlers start
     ledger.leave(record)                       # handlers end, however
     ledger.close()                             # a graceful stop removes the file

@@ -27,14 +27,13 @@ from endpoint_runtime.actors.crash_ledger import CrashLedger, DoomedMessages
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.connecting import close_pool, connect_pool
 from endpoint_runtime.connection_budget import receiver_pool_size
-from endpoint_runtime.delayed.store import CircuitBreakingStore
+from endpoint_runtime.delayed.store import CircuitBreakingStore, DelayedMessageStore
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import RecoverabilityFailedError
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.metrics import RayMetrics
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
-from endpoint_runtime.transactions.outbox import OutboxStrategy
 from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.receiver")
@@ -105,6 +104,7 @@ class Receiver:
         self._store_breaker: CircuitBreaker | None = None
         self._ledger: CrashLedger | None = None
         self._doomed: DoomedMessages | None = None
+        self._metrics: RayMetrics | None = None
 
     def _breaker(self, name: str) -> CircuitBreaker:
         settings = self.config.settings
@@ -142,35 +142,26 @@ class Receiver:
         too many receivers (see :mod:`endpoint_runtime.actors.crash_ledger`)."""
         settings = self.config.settings
         endpoint = self._endpoint = load_endpoint(self.config.endpoint_path)
-        self._pipeline = endpoint.create_pipeline(settings)
-        self._pipeline.metrics = RayMetrics(endpoint.name)
-        self._doomed = DoomedMessages(self._pipeline.failures)
-        self._doomed.sync(doomed or {})
-        if self._pipeline.delayed_store is not None:
-            self._store_breaker = CircuitBreaker(
-                "delayed-store",
-                time_to_trigger=settings.delayed_delivery.time_to_trigger_store_circuit_breaker,
-                on_triggered=self._on_critical_error,
-                on_disarmed=self._breaker_disarmed,
-            )
-            self._pipeline.delayed_store = CircuitBreakingStore(
-                self._pipeline.delayed_store, self._store_breaker
-            )
         max_slots = settings.slots_per_receiver
         self._pool = await connect_pool(
             self.config.dsn, min_size=1, max_size=receiver_pool_size(max_slots)
         )
-        self._strategy = endpoint.create_strategy(self._pipeline, self._pool, settings)
         if settings.transport.notify_on_send:
-            await self._listen()
+            await self._listen(endpoint)
         structlog.contextvars.bind_contextvars(endpoint=endpoint.name)
-        # The ids of the messages in the handlers, in a file that outlives this process: one
-        # memory write when a message's handlers start and one when they end. Every strategy
-        # calls the pipeline's handle step, which notes each message here.
-        # Created last: a start that fails (no connection left) leaves no file behind.
-        self._ledger = CrashLedger.create(self.config.receiver_id,
-                                          records=settings.slots_per_receiver)
-        self._pipeline.in_flight = self._ledger
+        # The ids of the messages in the steps, in a file that outlives this process: one
+        # memory write when a message enters the crash-ledger step and one when it leaves.
+        # Created once the connections are up: a start that fails (no connection left) leaves
+        # no file behind. The chain is built with it, the receiver's metrics and the delayed
+        # store's circuit breaker.
+        self._ledger = CrashLedger.create(self.config.receiver_id, records=max_slots)
+        self._metrics = RayMetrics(endpoint.name)
+        self._pipeline = endpoint.create_pipeline(
+            settings, metrics=self._metrics, in_flight=self._ledger,
+            guard_store=self._guard_store)
+        self._doomed = DoomedMessages(self._pipeline.failures)
+        self._doomed.sync(doomed or {})
+        self._strategy = endpoint.create_strategy(self._pipeline, self._pool, settings)
         # Everything allocated so far (Ray, asyncpg, the handler modules) lives as long as the
         # process: keep it out of the cyclic GC's full collections, which would otherwise walk
         # it again and again while messages flow.
@@ -178,11 +169,23 @@ class Receiver:
         log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid())
         return {"pid": os.getpid(), "node_id": _node_id(), "ledger": str(self._ledger.path)}
 
-    async def _listen(self) -> None:
+    def _guard_store(self, store: DelayedMessageStore) -> DelayedMessageStore:
+        """The delayed store behind a circuit breaker of its own (a critical error when it
+        keeps failing)."""
+        delayed = self.config.settings.delayed_delivery
+        self._store_breaker = CircuitBreaker(
+            "delayed-store",
+            time_to_trigger=delayed.time_to_trigger_store_circuit_breaker,
+            on_triggered=self._on_critical_error,
+            on_disarmed=self._breaker_disarmed,
+        )
+        return CircuitBreakingStore(store, self._store_breaker)
+
+    async def _listen(self, endpoint: Endpoint) -> None:
         self._listener = Listener(self.config.dsn)
         await self._listener.start()
-        await self._listener.listen(self._pipeline.local_address.notify_channel,
-                                    lambda: self.wake(1))
+        # Before the strategy exists: a wake-up starts no slot while the allowance is 0.
+        await self._listener.listen(endpoint.address.notify_channel, lambda: self.wake(1))
 
     # -- control (Ray calls) ----------------------------------------------------------------
 
@@ -225,8 +228,7 @@ class Receiver:
             receive_breaker=self._receive_breaker.state.value,
             processing_breaker=self._processing_breaker.state.value,
             critical_error=self._critical_error,
-            outbox_duplicates=(self._strategy.duplicates
-                               if isinstance(self._strategy, OutboxStrategy) else 0),
+            outbox_duplicates=stats.outbox_duplicates,
             critical_errors=self._critical_errors,
             last_critical_error=self._last_critical_error,
             settled_doomed=self._doomed.settled() if self._doomed else [],
@@ -250,8 +252,8 @@ class Receiver:
                 await self._listener.close()
         if self._pool is not None:
             await close_pool(self._pool)
-        if self._endpoint is not None:  # started: its pipeline counted
-            await self._pipeline.metrics.close()
+        if self._metrics is not None:  # started: its chain counted
+            await self._metrics.close()
         if self._ledger is not None:
             self._ledger.close()
         log.info("receiver_stopped", receiver=self.config.receiver_id)

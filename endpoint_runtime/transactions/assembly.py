@@ -1,17 +1,20 @@
-"""The one place that picks a receive strategy from an endpoint's settings."""
+"""The one place that picks a receive strategy from an endpoint's settings (what each mode
+allows is in :mod:`endpoint_runtime.modes`)."""
 
 from __future__ import annotations
 
 import asyncpg
 
+from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.modes import TransactionMode
 from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.pipeline import Pipeline
-from endpoint_runtime.settings import EndpointSettings, TransactionMode
+from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.atomic import atomic_strategy
 from endpoint_runtime.transactions.base import ReceiveStrategy
 from endpoint_runtime.transactions.batched import BatchedAtomicStrategy
 from endpoint_runtime.transactions.none import NoTransactionStrategy
-from endpoint_runtime.transactions.outbox import OutboxStrategy
+from endpoint_runtime.transactions.outbox_receive import OutboxStrategy
 from endpoint_runtime.transactions.receive_only import receive_only_strategy
 
 
@@ -20,6 +23,9 @@ def strategy_for(
 ) -> ReceiveStrategy:
     """The receive strategy of the settings' transaction mode (and outbox, batch size)."""
     if settings.outbox is not None:
+        if "outbox" not in pipeline.steps:
+            raise ConfigurationError("the chain was built without the outbox: build it with the "
+                                     "same settings as the strategy (create_pipeline(settings))")
         storage = OutboxStorage.for_settings(pipeline.local_address, settings)
         return OutboxStrategy(pipeline, pool, storage, settings.outbox)
     mode = settings.mode

@@ -3,7 +3,6 @@ dispatchers."""
 
 from __future__ import annotations
 
-import uuid
 from collections import defaultdict
 from datetime import datetime
 from typing import Protocol, Self
@@ -12,7 +11,8 @@ import asyncpg
 import msgspec
 
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
-from endpoint_runtime.messages import OutgoingMessage, encode_headers
+from endpoint_runtime.messages import OutgoingMessage
+from endpoint_runtime.outgoing import as_delayed
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
@@ -72,17 +72,6 @@ class ReceiveStrategy(Protocol):
     """A transaction mode's shape of the receive: opens a :class:`ReceiveSlot` per slot."""
 
     def open_slot(self, connection: DatabaseConnection) -> ReceiveSlot: ...
-
-
-def as_delayed(address: QueueAddress, message: OutgoingMessage, due: datetime) -> DelayedMessage:
-    try:
-        native_id = uuid.UUID(message.message_id)
-    except ValueError:
-        native_id = uuid.uuid4()
-    return DelayedMessage(
-        id=native_id, destination=str(address), due=due,
-        headers=encode_headers(message.headers), body=message.body,
-    )
 
 
 class ImmediateDispatcher:

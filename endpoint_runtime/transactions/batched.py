@@ -18,15 +18,13 @@ import asyncpg
 import structlog
 
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
-from endpoint_runtime.pipeline import Outcome, Pipeline
+from endpoint_runtime.pipeline import Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ReceiveSlot, Round
-from endpoint_runtime.transactions.connections import LazySavepointConnection
-from endpoint_runtime.transactions.single import (
-    SingleMessageStrategy,
-    end_carried_transaction,
-)
+from endpoint_runtime.transactions.receive_transaction import end_carried_transaction
+from endpoint_runtime.transactions.single import SingleMessageStrategy
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.connection import QUERY_ERRORS, DatabaseConnection, is_lost
+from endpoint_runtime.transport.savepoints import LazySavepointConnection
 
 log = structlog.get_logger("endpoint_runtime.batched")
 
@@ -49,34 +47,38 @@ class BatchedAtomicStrategy:
         await end_carried_transaction(connection)
         transaction = connection.transaction()
         await transaction.start()
+        committed: list[Unit] = []
         try:
-            result, handled = await self._process_batch(connection)
+            result = await self._process_batch(connection, committed)
             await transaction.commit()
         except BaseException:
-            # Connection lost or COMMIT failed (the server rolled back): nothing to undo.
+            # Connection lost or COMMIT failed (the server rolled back): nothing to undo. The
+            # batch's messages come again, uncharged (one by one, see BatchedSlot).
             with contextlib.suppress(*QUERY_ERRORS):
                 await transaction.rollback()
+            for unit in committed:
+                unit.rolled_back()
             raise
-        for message in handled:
-            self._pipeline.succeeded(message)
+        for unit in committed:
+            unit.committed()
         return result
 
-    async def _process_batch(
-        self, connection: DatabaseConnection
-    ) -> tuple[Round, list[TransportMessage]]:
+    async def _process_batch(self, connection: DatabaseConnection, committed: list[Unit]) -> Round:
+        """Each message of the batch through the chain; ``committed`` gets the units of those
+        whose work stays in the batch (handled or moved by recoverability)."""
         pipeline = self._pipeline
         batch = await receiving.receive_batch(connection, pipeline.local_address, self.batch_size)
         if not batch:
-            return EMPTY, []
+            return EMPTY
         outgoing = BufferedDispatcher(self._pool, pipeline.delayed_store)
         retry: list[TransportMessage] = []
-        handled: list[TransportMessage] = []
-        failed = 0
+        handled = failed = 0
         for received in batch:
-            outcome = await self._process_one(connection, received, outgoing)
+            unit, outcome = await self._process_one(connection, received, outgoing)
+            if outcome is not Outcome.FAILED:
+                committed.append(unit)
             if outcome is Outcome.HANDLED:
-                assert isinstance(received, TransportMessage)
-                handled.append(received)
+                handled += 1
             elif outcome is Outcome.FAILED:
                 assert isinstance(received, TransportMessage)
                 retry.append(received)
@@ -86,12 +88,12 @@ class BatchedAtomicStrategy:
         if retry:
             await receiving.reinsert(connection, pipeline.local_address, retry)
         await outgoing.flush(connection)
-        return Round(taken=len(batch), handled=len(handled), failed=failed), handled
+        return Round(taken=len(batch), handled=handled, failed=failed)
 
     async def _process_one(
         self, connection: DatabaseConnection, received: TransportMessage | PoisonMessage,
         outgoing: BufferedDispatcher,
-    ) -> Outcome:
+    ) -> tuple[Unit, Outcome]:
         """One message of the batch, its database work in a savepoint taken on first use: a
         failed message's work rolls back to it, its outgoing messages are dropped."""
         savepoint = False
@@ -103,22 +105,23 @@ class BatchedAtomicStrategy:
                 savepoint = True
 
         own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
-        outcome = await self._pipeline.process(
-            received, connection, own, LazySavepointConnection(connection, ensure_savepoint))
+        unit = Unit(connection, own, LazySavepointConnection(connection, ensure_savepoint))
+        outcome = await self._pipeline.run(received, unit)
         if outcome is Outcome.HANDLED and savepoint:
             try:
                 # Fails if the handler caught a database error without a savepoint of its own.
                 await connection.execute(f"RELEASE SAVEPOINT {MESSAGE_SAVEPOINT}")
             except asyncpg.PostgresError as exc:
-                assert isinstance(received, TransportMessage)
-                self._pipeline.failed(received, exc)
+                unit.rolled_back(exc)  # charged to the message
                 outcome = Outcome.FAILED
-        if outcome is Outcome.FAILED and savepoint:
-            await connection.execute(f"ROLLBACK TO SAVEPOINT {MESSAGE_SAVEPOINT}; "
-                                     f"RELEASE SAVEPOINT {MESSAGE_SAVEPOINT}")
-        if outcome is Outcome.HANDLED:
+        if outcome is Outcome.FAILED:
+            if savepoint:
+                await connection.execute(f"ROLLBACK TO SAVEPOINT {MESSAGE_SAVEPOINT}; "
+                                         f"RELEASE SAVEPOINT {MESSAGE_SAVEPOINT}")
+            unit.rolled_back()
+        elif outcome is Outcome.HANDLED:
             outgoing.take_from(own)
-        return outcome
+        return unit, outcome
 
 
 class BatchedSlot(ReceiveSlot):

@@ -7,15 +7,12 @@ each in its own transaction; ``context.connection`` is an autocommit connection.
 
 from __future__ import annotations
 
-import asyncio
-
 import asyncpg
 
-from endpoint_runtime.errors import HandlerCancelledError
 from endpoint_runtime.messages import PoisonMessage
-from endpoint_runtime.pipeline import Outcome, Pipeline
+from endpoint_runtime.pipeline import Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import EMPTY, ImmediateDispatcher, ReceiveSlot, Round
-from endpoint_runtime.transactions.single import FAILED_ROUND, HANDLED_ROUND
+from endpoint_runtime.transactions.receive_transaction import FAILED_ROUND, settled
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.connection import DatabaseConnection
 
@@ -38,29 +35,25 @@ class NoTransactionSlot(ReceiveSlot):
         self._strategy = strategy
 
     async def round(self) -> Round:
-        pipeline, connection = self._strategy.pipeline, self.connection
-        dispatcher = self._strategy.dispatcher
+        """The DELETE commits, then one call into the chain, whose recoverability step sends
+        a failed message to the error queue itself (``Unit.retries`` false): nothing can
+        retry it. A stop that cancels the handlers leaves a copy there too (on the pool: the
+        handlers' connection may be mid-query)."""
+        strategy, connection = self._strategy, self.connection
+        pipeline = strategy.pipeline
         async with connection.transaction():
             received = await receiving.receive(connection, pipeline.local_address)
             if isinstance(received, PoisonMessage):
                 # Moved in the receive transaction: if the move fails the row stays.
-                await pipeline.process(received, connection, dispatcher, connection)
+                await pipeline.run(received, Unit(connection, strategy.dispatcher, connection,
+                                                  retries=False))
                 return FAILED_ROUND
         if received is None:
             return EMPTY
-        try:
-            outcome = await pipeline.process(received, connection, dispatcher, connection)
-        except asyncio.CancelledError:
-            # A stop cut the handler short; the row is gone: keep a copy, then stop. On the
-            # pool: the cancelled handler may have left its own connection mid-query.
-            pipeline.failed(received, HandlerCancelledError())
-            await asyncio.shield(pipeline.give_up(self._strategy.pool, received))
-            raise
+        unit = Unit(connection, strategy.dispatcher, connection, retries=False,
+                    spare=strategy.pool)
+        outcome = await pipeline.run(received, unit)
         if outcome is Outcome.FAILED:
-            # The message is gone from the queue: nothing can retry it.
-            await pipeline.give_up(connection, received)
+            unit.rolled_back()
             return FAILED_ROUND
-        if outcome is Outcome.HANDLED:
-            pipeline.succeeded(received)
-            return HANDLED_ROUND
-        return FAILED_ROUND
+        return settled(unit, outcome)

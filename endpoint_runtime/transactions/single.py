@@ -1,31 +1,16 @@
 """One message per receive transaction: the shape shared by receive-only and atomic modes.
 
-BEGIN; DELETE the lowest unlocked seq; ``Pipeline.process`` (recoverability's moves, or the
-handlers on the receive connection); write outgoing messages (atomic mode); COMMIT. Any failure
-rolls everything back, so the row is visible again for the next attempt. The helpers below
-(``begin_unless_carried``, ``commit_and_begin``, ``charge_or_raise``) are the outbox's too.
-
-Round trips are what a receive costs, so they are saved where the guarantees allow:
-
-- **Chained transactions.** After a message, ``COMMIT; BEGIN`` goes as one simple query, so
-  the next receive already runs in a transaction. A bare BEGIN holds no snapshot and no locks.
-  A receive that finds nothing commits and leaves no transaction open; a slot that ends rolls
-  back what it carried (:func:`end_carried_transaction`).
-- **Sends with the COMMIT.** In atomic mode, small outgoing messages are INSERTs with literal
-  values sent in that same simple query; the statements run in order and the first failure
-  aborts the rest, so the sends commit exactly when the receive does.
+BEGIN (unless the last COMMIT began it); DELETE the lowest unlocked seq; one call into the chain
+(``pipeline.run``: recoverability's moves, or the handlers on the receive connection); write the
+outgoing messages with the COMMIT (atomic mode); COMMIT; BEGIN. Any failure rolls everything
+back, so the row is visible again for the next attempt (see ``receive_transaction``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import re
-
 import asyncpg
 
-from endpoint_runtime.errors import QueueNotFoundError, RecoverabilityFailedError
-from endpoint_runtime.messages import PoisonMessage, TransportMessage
-from endpoint_runtime.pipeline import Outcome, Pipeline
+from endpoint_runtime.pipeline import Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import (
     EMPTY,
     BufferedDispatcher,
@@ -33,21 +18,19 @@ from endpoint_runtime.transactions.base import (
     ReceiveSlot,
     Round,
 )
-from endpoint_runtime.transactions.connections import OpenTransactionConnection
-from endpoint_runtime.transport import receiving
-from endpoint_runtime.transport.connection import (
-    QUERY_ERRORS,
-    DatabaseConnection,
-    in_transaction,
-    is_lost,
+from endpoint_runtime.transactions.receive_transaction import (
+    FAILED_ROUND,
+    begin_unless_carried,
+    charge_or_raise,
+    commit_and_begin,
+    end_carried_transaction,
+    rollback_quietly,
+    rolled_back,
+    settled,
 )
-
-COMMIT_AND_BEGIN = "COMMIT; BEGIN"
-# Before a handled message's COMMIT: fails in an aborted transaction, whose COMMIT PostgreSQL
-# would answer with ROLLBACK instead of an error (a handler that caught a database error
-# without a savepoint). Sends that go with the COMMIT fail there just the same.
-ABORTED_CHECK = "SELECT 1"
-_MISSING_RELATION = re.compile(r'relation "(.+)" does not exist')
+from endpoint_runtime.transport import receiving
+from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.transport.savepoints import OpenTransactionConnection
 
 
 class SingleMessageStrategy:
@@ -83,92 +66,27 @@ class SingleMessageSlot(ReceiveSlot):
         await end_carried_transaction(self.connection)
 
     async def round(self) -> Round:
-        """(BEGIN unless carried over;) receive one message and process it; COMMIT with the
-        outgoing messages and BEGIN the next, or roll back a failed attempt."""
+        """(BEGIN unless carried over;) receive one message and run the chain; COMMIT with
+        the outgoing messages and BEGIN the next, or roll back a failed attempt."""
         strategy, connection = self._strategy, self.connection
-        pipeline = strategy.pipeline
         await begin_unless_carried(connection)
-        received = None
+        received = unit = None
         try:
-            received = await receiving.receive(connection, pipeline.local_address)
+            received = await receiving.receive(connection, strategy.pipeline.local_address)
             if received is None:
                 await connection.execute("COMMIT")  # expired rows deleted on the way
                 return EMPTY
             dispatcher = strategy.round_dispatcher()
-            outcome = await pipeline.process(received, connection, dispatcher,
-                                             OpenTransactionConnection(connection))
+            unit = Unit(connection, dispatcher, OpenTransactionConnection(connection))
+            outcome = await strategy.pipeline.run(received, unit)
             if outcome is Outcome.FAILED:
-                await rollback_quietly(connection)
-                return FAILED_ROUND
+                return await rolled_back(connection, unit)
             before_commit = ""
             if outcome is Outcome.HANDLED and isinstance(dispatcher, BufferedDispatcher):
                 before_commit = await dispatcher.flush_before_commit(connection)
             await commit_and_begin(connection, before_commit, handled=outcome is Outcome.HANDLED)
         except BaseException as exc:
             await rollback_quietly(connection)
-            charge_or_raise(pipeline, received, exc, connection)
+            charge_or_raise(unit, received, exc, connection)
             return FAILED_ROUND
-        return settled(pipeline, received, outcome)
-
-
-FAILED_ROUND = Round(taken=1, failed=1)
-
-
-async def begin_unless_carried(connection: DatabaseConnection) -> None:
-    """The last round's ``COMMIT; BEGIN`` may have begun this round's transaction already."""
-    if not in_transaction(connection):
-        await connection.execute("BEGIN")
-
-
-def charge_or_raise(
-    pipeline: Pipeline, received: receiving.Received | None, exc: BaseException,
-    connection: DatabaseConnection,
-) -> None:
-    """After a rollback: a failure of the message's own work (its commit, its sends) is
-    charged to it; a lost connection, a failed recoverability step, a cancellation or a
-    failure before a message was taken are raised to the receive loop."""
-    if (not isinstance(exc, Exception) or not isinstance(received, TransportMessage)
-            or isinstance(exc, RecoverabilityFailedError) or is_lost(connection)):
-        raise exc
-    pipeline.failed(received, exc)
-
-
-def settled(pipeline: Pipeline, received: TransportMessage | PoisonMessage,
-            outcome: Outcome) -> Round:
-    """The round of a committed message (its failure count goes once its work committed)."""
-    if outcome is Outcome.HANDLED:
-        assert isinstance(received, TransportMessage)
-        pipeline.succeeded(received)
-        return HANDLED_ROUND
-    return FAILED_ROUND
-
-
-HANDLED_ROUND = Round(taken=1, handled=1)
-
-
-async def commit_and_begin(
-    connection: DatabaseConnection, before_commit: str = "", *, handled: bool = True
-) -> None:
-    """COMMIT (with ``before_commit`` first) and BEGIN the next, in one query. After handlers
-    (``handled``), a transaction they left aborted fails at its first statement instead of
-    being rolled back by a COMMIT that succeeds."""
-    first = before_commit or (ABORTED_CHECK if handled else "")
-    try:
-        await connection.execute(f"{first}; {COMMIT_AND_BEGIN}" if first else COMMIT_AND_BEGIN)
-    except asyncpg.UndefinedTableError as exc:
-        missing = _MISSING_RELATION.search(str(exc))
-        raise QueueNotFoundError(missing.group(1) if missing else str(exc)) from exc
-
-
-async def end_carried_transaction(connection: DatabaseConnection) -> None:
-    """Roll back the transaction a slot's last round began for the next (it did nothing)."""
-    if in_transaction(connection):
-        await rollback_quietly(connection)
-
-
-async def rollback_quietly(connection: DatabaseConnection) -> None:
-    # Connection lost or transaction already ended: the server rolls back by itself.
-    if not in_transaction(connection):
-        return
-    with contextlib.suppress(*QUERY_ERRORS):
-        await connection.execute("ROLLBACK")
+        return settled(unit, outcome)

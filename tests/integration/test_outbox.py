@@ -13,11 +13,14 @@ from endpoint_runtime import ConfigurationError, Endpoint, TransactionMode
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import Headers, TransportMessage
 from endpoint_runtime.outbox import OutboxCleaner, OutboxStorage
+from endpoint_runtime.outbox_step import OutboxUnit
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.settings import OutboxSettings
-from endpoint_runtime.transactions.outbox import OutboxStrategy
-from endpoint_runtime.transactions.single import end_carried_transaction
+from endpoint_runtime.transactions.base import BufferedDispatcher
+from endpoint_runtime.transactions.outbox_receive import OutboxStrategy
+from endpoint_runtime.transactions.receive_transaction import end_carried_transaction
 from endpoint_runtime.transport import quote_identifier
+from endpoint_runtime.transport.savepoints import OpenTransactionConnection
 from tests.support.outbox_endpoints import HELD_INVOICE_LOCK, PayInvoice, make
 from tests.support.outbox_endpoints import optimistic as optimistic_endpoint
 from tests.support.outbox_endpoints import pessimistic as pessimistic_endpoint
@@ -167,9 +170,13 @@ async def test_record_committed_but_not_dispatched_is_dispatched_on_redelivery(
         received = await receiving.receive(connection, optimistic_endpoint.address)
         assert isinstance(received, TransportMessage)
         async with transport.pool.acquire() as business:
-            await strategy._run_handlers(received, business, None)  # the business commit
+            # The business commit; the dispatch, made on the receive connection (this pool's
+            # connections keep no prepared statements, so it cannot go with the commit) ...
+            unit = OutboxUnit(connection, BufferedDispatcher(transport.pool, None),
+                              OpenTransactionConnection(business), business, None)
+            await strategy.pipeline.run(received, unit)
             await end_carried_transaction(business)
-        await transaction.rollback()  # ... and the process dies: the receive rolls back
+        await transaction.rollback()  # ... rolls back with the receive: the process died
     assert await counts(transport) == (1, 0, 1)
     assert await transport.depth("payments") == 1
 

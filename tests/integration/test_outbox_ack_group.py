@@ -14,7 +14,7 @@ from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.base import Round
-from endpoint_runtime.transactions.outbox import OutboxStrategy
+from endpoint_runtime.transactions.outbox_receive import OutboxStrategy
 from endpoint_runtime.transport.connection import QUERY_ERRORS
 from tests.integration.test_outbox import counts, drain, prepare
 from tests.support.expiry import send_expiring, wait_until_expired
@@ -60,7 +60,8 @@ async def test_a_message_that_expires_while_acks_wait_is_not_handled(
     await prepare(transport, receipts)
     settings = msgspec.structs.replace(
         receipts.settings, outbox=OutboxSettings(pessimistic=pessimistic, acks_per_commit=3))
-    strategy = receipts.create_strategy(receipts.create_pipeline(), transport.pool, settings)
+    strategy = receipts.create_strategy(receipts.create_pipeline(settings), transport.pool,
+                                       settings)
     assert isinstance(strategy, OutboxStrategy)
     await send(transport, "a")
     async with transport.pool.acquire() as connection:
@@ -150,7 +151,8 @@ async def test_acks_per_commit_of_one_commits_every_message(
     await prepare(transport, receipts)
     settings = msgspec.structs.replace(receipts.settings,
                                        outbox=OutboxSettings(acks_per_commit=1))
-    strategy = receipts.create_strategy(receipts.create_pipeline(), transport.pool, settings)
+    strategy = receipts.create_strategy(receipts.create_pipeline(settings), transport.pool,
+                                       settings)
     assert isinstance(strategy, OutboxStrategy)
     await send(transport, "a", "b")
     async with transport.pool.acquire() as connection:
@@ -168,7 +170,8 @@ async def test_a_handler_that_sends_nothing_stores_its_record_dispatched(
     await prepare(transport, receipts)
     settings = msgspec.structs.replace(
         receipts.settings, outbox=OutboxSettings(pessimistic=pessimistic, acks_per_commit=3))
-    strategy = receipts.create_strategy(receipts.create_pipeline(), transport.pool, settings)
+    strategy = receipts.create_strategy(receipts.create_pipeline(settings), transport.pool,
+                                       settings)
     assert isinstance(strategy, OutboxStrategy)
     await send(transport, "quiet", "quiet")  # two messages, each its own message id
 

@@ -41,9 +41,7 @@ class RecordedMetrics(Metrics):
 async def drain(transport: PostgresTransport, endpoint: Endpoint,
                 metrics: Metrics | None = None) -> None:
     """Receive until the endpoint's queue is empty, on one slot."""
-    pipeline = endpoint.create_pipeline()
-    if metrics is not None:
-        pipeline.metrics = metrics
+    pipeline = endpoint.create_pipeline(metrics=metrics)
     strategy = endpoint.create_strategy(pipeline, transport.pool, endpoint.settings)
     async with transport.pool.acquire() as connection:
         slot = strategy.open_slot(connection)

@@ -11,11 +11,9 @@ from typing import Any
 import structlog
 from structlog.testing import capture_logs
 
+from endpoint_runtime import Endpoint
 from endpoint_runtime.context import HandlerContext
-from endpoint_runtime.handlers import HandlerRegistry
-from endpoint_runtime.pipeline import Pipeline
-from endpoint_runtime.recoverability import Failure, RecoverabilityPolicy
-from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.recoverability import Failure
 from tests.unit.test_pipeline import Ping, process, received
 
 
@@ -37,13 +35,9 @@ async def test_each_attempt_warns_on_one_line_and_the_last_carries_the_traceback
     async def fails(message: Ping, context: HandlerContext) -> None:
         raise RuntimeError("carrier booking timed out\n  at the carrier's gateway\n  retry later")
 
-    registry = HandlerRegistry()
-    registry.register(fails, Ping)
-    pipeline = Pipeline(
-        endpoint="shipping", registry=registry, local_address=QueueAddress("shipping"),
-        error_address=QueueAddress("error"),
-        policy=RecoverabilityPolicy(immediate_retries=2, delayed_retries=0),
-    )
+    endpoint = Endpoint("shipping", immediate_retries=2, delayed_retries=0)
+    endpoint.register(fails, Ping)
+    pipeline = endpoint.create_pipeline()
     message = received(1)
     saved = structlog.get_config()
     structlog.reset_defaults()  # capture whatever an earlier test configured and cached
