@@ -32,6 +32,7 @@ from endpoint_runtime.errors import (
 )
 from endpoint_runtime.message_kinds import Command, Event
 from endpoint_runtime.messages import Headers, MessageIntent
+from endpoint_runtime.pipeline import IncomingContext, Next
 from endpoint_runtime.sender import Sender
 from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
 from endpoint_runtime.transactions import TransactionMode
@@ -43,6 +44,9 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     "HandlerContext",
     "TransactionMode",
     "load_endpoint",
+    # steps of one's own (Endpoint.add_step)
+    "IncomingContext",
+    "Next",
     # running on Ray
     "EndpointDeployment",
     # sending from outside handlers

@@ -54,6 +54,10 @@ from handlers_examples.messages import (
     award_points_message_id,
 )
 from handlers_examples.schema import count_rows
+from handlers_examples.tenancy import TENANT_HEADER
+
+TENANT = "acme"
+"""The tenant the client stamps on its orders; sales' replies must carry it back."""
 
 ENDPOINTS = {
     "sales": "handlers_examples.sales:endpoint",
@@ -128,6 +132,8 @@ class Progress(msgspec.Struct):
     analytics_events: int = 0
     """OrderPlaced events handled by each subscriber."""
     replies: int = 0
+    tenant_replies: int = 0
+    """Replies that carried the client's tenant header back (copied by sales' step)."""
     redelivered: int = 0
     """AwardPoints copies the client sent again."""
     errors_added: int = 0
@@ -142,6 +148,7 @@ class Client:
         self.transport = transport
         self.order_ids = set(order_ids)
         self.replied: set[str] = set()
+        self.with_tenant: set[str] = set()
         self.redelivered = 0
 
     async def redeliver_awards(self, sender: Sender, orders: list[PlaceOrder]) -> None:
@@ -166,6 +173,8 @@ class Client:
                 reply = msgspec.json.decode(received.body, type=OrderReceived)
                 if reply.order_id in self.order_ids:
                     self.replied.add(reply.order_id)
+                    if received.headers.get(TENANT_HEADER) == TENANT:
+                        self.with_tenant.add(reply.order_id)
         return len(self.replied)
 
 
@@ -176,7 +185,8 @@ async def observe(client: Client, errors_before: int) -> Progress:
         orders=rows["orders"], invoices=rows["invoices"], shipments=rows["shipments"],
         points=rows["loyalty_points"], reminded=rows["reminded"],
         billing_events=rows["billing_events"], analytics_events=rows["analytics_events"],
-        replies=await client.receive_replies(), redelivered=client.redelivered,
+        replies=await client.receive_replies(), tenant_replies=len(client.with_tenant),
+        redelivered=client.redelivered,
         errors_added=await transport.depth(ERROR_QUEUE) - errors_before,
         notifications_waiting=await transport.depth("notifications"),
         loyalty_waiting=await transport.depth("loyalty"),
@@ -197,6 +207,7 @@ async def run(args: argparse.Namespace) -> int:
         deployments: dict[str, EndpointDeployment] = {}
         finals: dict[str, DeploymentStatus] = {}
         sender = Sender("examples-client", settings, local_address=client_queue)
+        sender.on_outgoing(lambda headers: headers.setdefault(TENANT_HEADER, TENANT))
         try:
             startup = time.monotonic()
             await start_all(deployments)
@@ -393,6 +404,8 @@ def print_summary(
           "subscriber)")
     print(f"replies    {progress.replies:6d} / {n}   (OrderReceived, received by the client from "
           f"queue {CLIENT_QUEUE})")
+    print(f"tenant     {progress.tenant_replies:6d} / {n}   (replies carrying the orders' "
+          f"{TENANT_HEADER} header, copied by sales' own 'tenant' step)")
     print(f"redelivered{progress.redelivered:6d} / {args.redeliveries}    (AwardPoints sent again "
           "with their original message ids, as in a redelivery)")
     until = "the flow completed" if complete else (

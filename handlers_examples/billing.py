@@ -16,6 +16,7 @@ import structlog
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
 from handlers_examples.messages import OrderAccepted, OrderBilled, OrderPlaced
 from handlers_examples.schema import ORDER_EVENTS
+from handlers_examples.tenancy import carry_tenant
 
 log = structlog.get_logger("handlers_examples.billing")
 
@@ -29,6 +30,7 @@ endpoint = Endpoint("billing", transaction_mode=TransactionMode.RECEIVE_ONLY, ma
         billed_at   timestamptz NOT NULL DEFAULT now()
     );
     """ + ORDER_EVENTS)
+carry_tenant(endpoint)  # the tenant travels on to shipping (handlers_examples/tenancy.py)
 
 
 @endpoint.handler

@@ -38,6 +38,7 @@ import structlog
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
 from handlers_examples.messages import AwardPoints, PointsAwarded, PointsExpiryReminder
+from handlers_examples.tenancy import carry_tenant
 
 log = structlog.get_logger("handlers_examples.loyalty")
 
@@ -57,6 +58,8 @@ endpoint = Endpoint("loyalty", transaction_mode=TransactionMode.RECEIVE_ONLY, ma
     );
     """)
 endpoint.enable_outbox(pessimistic=True)
+# Inside the outbox's business transaction, like the handlers (handlers_examples/tenancy.py).
+carry_tenant(endpoint)
 
 
 def points_for(message: AwardPoints) -> int:

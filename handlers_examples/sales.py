@@ -22,6 +22,7 @@ from handlers_examples.messages import (
     PlaceOrder,
     award_points_message_id,
 )
+from handlers_examples.tenancy import carry_tenant
 
 log = structlog.get_logger("handlers_examples.sales")
 
@@ -52,6 +53,8 @@ endpoint = Endpoint(
     );
     """,
 )
+# Every message sales sends carries the order's tenant (handlers_examples/tenancy.py).
+carry_tenant(endpoint)
 
 
 @endpoint.handler

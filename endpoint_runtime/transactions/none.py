@@ -40,19 +40,20 @@ class NoTransactionSlot(ReceiveSlot):
         retry it. A stop that cancels the handlers leaves a copy there too (on the pool: the
         handlers' connection may be mid-query)."""
         strategy, connection = self._strategy, self.connection
-        pipeline = strategy.pipeline
         async with connection.transaction():
-            received = await receiving.receive(connection, pipeline.local_address)
+            received = await receiving.receive(connection, strategy.pipeline.local_address)
             if isinstance(received, PoisonMessage):
                 # Moved in the receive transaction: if the move fails the row stays.
-                await pipeline.run(received, Unit(connection, strategy.dispatcher, connection,
-                                                  retries=False))
-                return FAILED_ROUND
+                return await self._run(received)
         if received is None:
             return EMPTY
+        return await self._run(received)
+
+    async def _run(self, received: receiving.Received) -> Round:
+        strategy, connection = self._strategy, self.connection
         unit = Unit(connection, strategy.dispatcher, connection, retries=False,
                     spare=strategy.pool)
-        outcome = await pipeline.run(received, unit)
+        outcome = await strategy.pipeline.run(received, unit)
         if outcome is Outcome.FAILED:
             unit.rolled_back()
             return FAILED_ROUND

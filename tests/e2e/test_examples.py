@@ -56,7 +56,7 @@ async def test_the_example_flow_completes_and_its_summary_says_so(database_dsn: 
     assert "Token authentication" not in both
     assert re.search(r"\breceiver_started\b.*\bendpoint=sales\b", both), both[:2000]
     summary = out.split("== summary", 1)[1]
-    for table in ("orders", "invoices", "shipments", "points", "reminded", "replies"):
+    for table in ("orders", "invoices", "shipments", "points", "reminded", "replies", "tenant"):
         assert re.search(rf"^{table}\s+{ORDERS} / {ORDERS}\b", summary, re.M), (table, summary)
     assert re.search(rf"^redelivered\s*{REDELIVERIES} / {REDELIVERIES}\b", summary, re.M), summary
     assert "redelivered AwardPoints reached no handler" in summary, summary
