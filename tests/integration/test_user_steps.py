@@ -7,7 +7,6 @@ recorded, so a copy of it is acknowledged without running the steps again)."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import MutableMapping
 from typing import Any
 
 import msgspec
@@ -19,9 +18,10 @@ from endpoint_runtime.messages import ErrorHeaders
 from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.pipeline import IncomingContext, Next
+from endpoint_runtime.transactions.outbox_receive import OutboxStrategy
+from handlers_examples.tenancy import TENANT_HEADER as TENANT
+from handlers_examples.tenancy import copy_tenant
 from tests.support.draining import drain, received_all
-
-TENANT = "Acme.Tenant"
 
 
 class Order(msgspec.Struct):
@@ -47,6 +47,12 @@ class Seen:
     def __init__(self) -> None:
         self.handled: list[int] = []
         self.stepped: list[int] = []
+
+    def step(self, context: IncomingContext) -> int:
+        """Note that a step saw the message; its order number."""
+        n = msgspec.json.decode(context.transport_message.body, type=Order).n
+        self.stepped.append(n)
+        return n
 
 
 def endpoint_in(mode: str, seen: Seen, step: Any) -> Endpoint:
@@ -84,16 +90,7 @@ async def test_a_step_adds_a_header_to_every_message_the_handlers_send(
     transport: PostgresTransport, mode: str,
 ) -> None:
     seen = Seen()
-
-    async def tenant(context: IncomingContext, next: Next) -> None:
-        value = context.headers.get(TENANT)
-        if value is not None:
-            def stamp(headers: MutableMapping[str, str]) -> None:
-                headers.setdefault(TENANT, value)
-            context.on_outgoing(stamp)
-        await next(context)
-
-    endpoint = endpoint_in(mode, seen, tenant)
+    endpoint = endpoint_in(mode, seen, copy_tenant)  # the examples' step
     await prepare(transport, endpoint)
     for n in (1, 2, 3):
         await send(transport, n)
@@ -114,10 +111,8 @@ async def test_a_step_that_raises_fails_the_attempt_like_a_handler(
     seen = Seen()
 
     async def refuse(context: IncomingContext, next: Next) -> None:
-        n = msgspec.json.decode(context.transport_message.body, type=Order).n
-        seen.stepped.append(n)
-        if n == 2:
-            raise PermissionError(f"tenant-{n} may not order")
+        if seen.step(context) == 2:
+            raise PermissionError("tenant-2 may not order")
         await next(context)
 
     endpoint = endpoint_in(mode, seen, refuse)
@@ -145,9 +140,7 @@ async def test_a_step_that_does_not_call_next_consumes_the_message(
     seen = Seen()
 
     async def skip_even(context: IncomingContext, next: Next) -> None:
-        n = msgspec.json.decode(context.transport_message.body, type=Order).n
-        seen.stepped.append(n)
-        if n % 2 == 0:
+        if seen.step(context) % 2 == 0:
             return  # consumed: the handlers do not run
         await next(context)
 
@@ -172,7 +165,7 @@ async def test_with_the_outbox_a_consumed_message_is_recorded_and_its_copy_not_r
     seen = Seen()
 
     async def skip(context: IncomingContext, next: Next) -> None:
-        seen.stepped.append(msgspec.json.decode(context.transport_message.body, type=Order).n)
+        seen.step(context)
 
     endpoint = endpoint_in("outbox", seen, skip)
     await prepare(transport, endpoint)
@@ -187,13 +180,8 @@ async def test_with_the_outbox_a_consumed_message_is_recorded_and_its_copy_not_r
     assert record["dispatched"] is True
 
     await send(transport, 7, message_id=message_id)  # a copy: the sender retried
-    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
-                                        endpoint.settings)
-    async with transport.pool.acquire() as connection:
-        slot = strategy.open_slot(connection)
-        while (await slot.round()).taken:
-            pass
-        await slot.close()
+    strategy = await drain(transport, endpoint)
+    assert isinstance(strategy, OutboxStrategy)
 
     assert seen.stepped == [7]  # the copy did not reach the step again
     assert seen.handled == []

@@ -6,11 +6,13 @@ from __future__ import annotations
 from endpoint_runtime import Endpoint
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.messages import TransportMessage
+from endpoint_runtime.transactions.base import ReceiveStrategy
 from endpoint_runtime.transport import QueueAddress
 
 
-async def drain(transport: PostgresTransport, endpoint: Endpoint) -> None:
-    """Receive until the endpoint's queue is empty, on one slot of its mode's strategy."""
+async def drain(transport: PostgresTransport, endpoint: Endpoint) -> ReceiveStrategy:
+    """Receive until the endpoint's queue is empty, on one slot of its mode's strategy (which
+    it returns, for its counts)."""
     strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
                                         endpoint.settings)
     async with transport.pool.acquire() as connection:
@@ -18,6 +20,7 @@ async def drain(transport: PostgresTransport, endpoint: Endpoint) -> None:
         while (await slot.round()).taken:
             pass
         await slot.close()
+    return strategy
 
 
 async def received_all(
