@@ -1,7 +1,7 @@
 """The error queue: how failed messages get there, and the tooling to list, show, retry
 (replay) and delete them.
 
-The moves (for the pipeline and the NONE mode) build the error copy
+The moves (for the chain's recoverability step, in every mode) build the error copy
 here: the original headers plus NServiceBus's failure headers; the error queue never refuses a
 copy (``transport.sending.send_failed``).
 

@@ -1,7 +1,7 @@
 """structlog set-up: console output on a terminal, JSON lines otherwise.
 
 Per-message context (endpoint, message_id, attempt) is bound with structlog's contextvars by
-the pipeline at the start of each message, so every log line of a handler carries it. Each line
+the chain's first step (``log_context``) for each message, so every log line of a handler carries it. Each line
 names the logger that wrote it (``component``, e.g. ``endpoint_runtime.pipeline``).
 """
 

@@ -183,7 +183,7 @@ def audit_copy(context: IncomingContext, endpoint: str) -> OutgoingMessage:
 class InvokeHandlersStep:
     """Resolve the type from ``EnclosedMessageTypes``, decode the body and run every handler
     of the type in registration order with a :class:`HandlerContext` (the context's
-    dispatcher and connection; sends checked to name queue tables)."""
+    dispatcher and connection; sends checked to name queue tables). Always the last step."""
 
     name = "invoke_handlers"
 
@@ -222,4 +222,4 @@ class InvokeHandlersStep:
             await handler(body, handler_context)
         context.limits = None
         context.ended = time.time()
-        await next(context)
+        # The last step by construction: nothing after it to call.

@@ -1,8 +1,8 @@
 """What a handler records outside its transaction, on a connection of its own.
 
 A handler that raises ``DiscardMessage`` rolls its transaction back (the message is dropped at
-its next delivery, see ``Pipeline.screen``), so a discard noted in that transaction would
-vanish with it: the handler notes it here instead, on one connection per receiver process,
+its next delivery by the chain's recoverability step), so a discard noted in that transaction
+would vanish with it: the handler notes it here instead, on one connection per receiver process,
 before it raises. The row says that the handler was seen discarding; the message itself is
 accounted as discarded only if it is also gone from the queue and nowhere else
 (:mod:`benchmarks.chaos.checks`).
