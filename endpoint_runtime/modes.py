@@ -1,8 +1,9 @@
 """The transaction modes and what each allows: the one home of a mode's rules.
 
-Settings check their fields against these rules, the endpoint checks a handler's retry options,
-the strategies take the unit they give the chain from them, and ``transactions.assembly`` picks
-the strategy. The modes themselves are NServiceBus's ``TransportTransactionMode``; the outbox is
+Settings check their fields and take their retry defaults from these rules, and the endpoint
+checks a handler's retry options against them; ``transactions.assembly`` picks each mode's
+strategy, whose unit tells the chain the rest (``Unit.retries``: whether a failed message comes
+back). The modes themselves are NServiceBus's ``TransportTransactionMode``; the outbox is
 not a mode but runs on receive-only transport transactions.
 """
 
