@@ -1,8 +1,9 @@
 """structlog set-up: console output on a terminal, JSON lines otherwise.
 
 Per-message context (endpoint, message_id, attempt) is bound with structlog's contextvars by
-the chain's first step (``log_context``) for each message, so every log line of a handler carries it. Each line
-names the logger that wrote it (``component``, e.g. ``endpoint_runtime.pipeline``).
+the chain's first step (``log_context``) for each message, so every log line of a handler
+carries it. Each line names the logger that wrote it (``component``, e.g.
+``endpoint_runtime.pipeline``).
 """
 
 from __future__ import annotations

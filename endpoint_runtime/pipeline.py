@@ -67,11 +67,14 @@ class Unit:
     ``spare``: where moves go when the handlers were cancelled mid-query (the pool).
 
     Steps leave hooks with :meth:`after_commit` and :meth:`after_rollback`; the strategy runs
-    them once the message's transaction ended (:meth:`committed`, :meth:`rolled_back`).
+    them once the message's transaction ended (:meth:`committed`, :meth:`rolled_back`). Before
+    that, what the chain did is here for the strategy to count with its COMMIT: ``handled``
+    (the handlers ran and every step after them returned), ``moved_to_error`` (the message, or
+    a poison row, went to the error queue).
     """
 
     __slots__ = ("_on_commit", "_on_rollback", "connection", "dispatcher", "executor",
-                 "retries", "spare")
+                 "handled", "moved_to_error", "retries", "spare")
 
     def __init__(
         self, executor: Executor, dispatcher: OutgoingDispatcher,
@@ -83,6 +86,8 @@ class Unit:
         self.connection = connection
         self.retries = retries
         self.spare = spare
+        self.handled = False
+        self.moved_to_error = False
         self._on_commit: list[Callable[[], None]] | None = None
         self._on_rollback: list[Callable[[BaseException | None], None]] | None = None
 

@@ -83,11 +83,12 @@ class RecoverabilityStep:
         message, unit = context.message, context.unit
         if isinstance(message, PoisonMessage):
             await self.move_poison_to_error_queue(unit.executor, message)
+            unit.moved_to_error = True
             context.outcome = Outcome.CONSUMED
             return
         decision = self.pending_decision(message)
         if decision is not None:
-            await self.apply_decision(unit.executor, message, decision)
+            unit.moved_to_error = await self.apply_decision(unit.executor, message, decision)
             context.outcome = Outcome.CONSUMED
             return
         try:
@@ -98,7 +99,7 @@ class RecoverabilityStep:
             self.failed(message, exc, context.limits)
             context.outcome = Outcome.FAILED
             if not unit.retries:  # the message is gone from the queue: nothing can retry it
-                await self.give_up(unit.executor, message)
+                unit.moved_to_error = await self.give_up(unit.executor, message)
             return
         except asyncio.CancelledError:
             if not unit.retries and unit.spare is not None:
@@ -170,11 +171,12 @@ class RecoverabilityStep:
 
     async def apply_decision(
         self, executor: Executor, message: TransportMessage, decision: Decision
-    ) -> None:
+    ) -> bool:
         """Carry out a delayed retry, an error-queue move or a discard (the message is
-        consumed by the caller's commit)."""
+        consumed by the caller's commit); whether it went to the error queue."""
         failure = self.failures.get(message.native_id)
         assert failure is not None, "a decision needs a recorded failure"
+        moved = False
         try:
             if decision.action is Action.DISCARD:
                 self.stats.discarded += 1
@@ -183,17 +185,19 @@ class RecoverabilityStep:
                 await self._store_delayed_retry(executor, message, decision.delay)
             else:
                 await self.move_to_error_queue(executor, message, failure)
+                moved = True
         except Exception as exc:
             raise RecoverabilityFailedError(message.native_id) from exc
         self.failures.forget(message.native_id)
+        return moved
 
-    async def give_up(self, executor: Executor, message: TransportMessage) -> None:
+    async def give_up(self, executor: Executor, message: TransportMessage) -> bool:
         """At most once (``TransactionMode.NONE``): a failed message cannot be retried, so a
-        copy goes to the error queue, unless the handler discarded it."""
+        copy goes to the error queue, unless the handler discarded it (``False``)."""
         decision = self.pending_decision(message)
         if decision is None or decision.action is not Action.DISCARD:
             decision = Decision(Action.ERROR_QUEUE)
-        await self.apply_decision(executor, message, decision)
+        return await self.apply_decision(executor, message, decision)
 
     async def move_to_error_queue(
         self, executor: Executor, message: TransportMessage, failure: Failure

@@ -134,6 +134,7 @@ class MetricsStep:
     async def __call__(self, context: IncomingContext, next: Next) -> None:
         await next(context)
         if context.ended is not None:
+            context.unit.handled = True
             context.unit.after_commit(lambda: self._processed(context))
 
     def _processed(self, context: IncomingContext) -> None:

@@ -33,8 +33,8 @@ deployments of one endpoint on one node share the file, the last to write wins.
 
 Only the messages inside the chain's steps past screening count (their handlers, the user
 steps, with the outbox its business transaction): the other rows of a batch, or messages
-waiting for the receive transaction's commit, are not suspects. A message in flight beside the culprit is
-counted too; it would need to be beside it at three deaths to go to the error queue.
+waiting for the receive transaction's commit, are not suspects. A message in flight beside the
+culprit is counted too; it would need to be beside it at three deaths to go to the error queue.
 
 Example (receiver side: the chain's ``crash_ledger`` step calls ``enter``/``leave`` around the
 steps after it, the handlers among them; the receiver builds the chain with it)::

@@ -311,3 +311,22 @@ async def test_after_commit_and_after_rollback_hooks_run_once_for_the_end_that_c
     await process(pipeline, received(1))
     await process(pipeline, received(2), committed=False)
     assert ended == ["committed", "rolled back None"]
+
+
+async def test_the_unit_says_whether_the_handlers_ran_for_the_strategy_to_count() -> None:
+    async def skip_odd(context: IncomingContext, next: Next) -> None:
+        if context.headers.get("Skip"):
+            return
+        await next(context)
+
+    async def handler(message: Ping, context: HandlerContext) -> None:
+        pass
+
+    endpoint = endpoint_of(handler)
+    endpoint.add_step("skip", skip_odd)
+    pipeline = endpoint.create_pipeline()
+    ran, skipped = unit(), unit()
+    assert await pipeline.run(received(1), ran) is Outcome.HANDLED
+    assert await pipeline.run(received(2, headers={"Skip": "yes"}), skipped) is Outcome.HANDLED
+    assert (ran.handled, skipped.handled) == (True, False)
+    assert (ran.moved_to_error, skipped.moved_to_error) == (False, False)
