@@ -23,6 +23,7 @@ import msgspec
 import ray
 import structlog
 
+from endpoint_runtime.actors.committed_counts import ReceiverCounts, counts_table
 from endpoint_runtime.actors.crash_ledger import CrashLedger, DoomedMessages
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.connecting import close_pool, connect_pool
@@ -50,6 +51,9 @@ class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
     dsn: str
     settings: EndpointSettings
     receiver_id: str
+    deployment_id: str = ""
+    """The deployment's id: its committed counts are kept under it
+    (``transactions.counting``); empty: the receiver keeps no committed counts."""
 
 
 class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +109,7 @@ class Receiver:
         self._store_breaker: CircuitBreaker | None = None
         self._ledger: CrashLedger | None = None
         self._doomed: DoomedMessages | None = None
+        self._counts: ReceiverCounts | None = None
 
     def _breaker(self, name: str) -> CircuitBreaker:
         settings = self.config.settings
@@ -171,6 +176,10 @@ class Receiver:
         self._ledger = CrashLedger.create(self.config.receiver_id,
                                           records=settings.slots_per_receiver)
         self._pipeline.in_flight = self._ledger
+        self._counts = ReceiverCounts(
+            counts_table(self._pipeline.local_address), deployment_id=self.config.deployment_id,
+            receiver_id=self.config.receiver_id, node_id=_node_id())
+        await self._counts.clean_up(self._pool)
         # Everything allocated so far (Ray, asyncpg, the handler modules) lives as long as the
         # process: keep it out of the cyclic GC's full collections, which would otherwise walk
         # it again and again while messages flow.
@@ -289,7 +298,9 @@ class Receiver:
         except Exception as exc:
             await self._back_off(exc)
             return
+        assert self._counts is not None
         slot = self._strategy.open_slot(connection)
+        number = self._counts.slot_opened(slot)
         try:
             while not self._draining and len(self._slots) <= self._effective_allowance:
                 self._in_flight += 1
@@ -322,8 +333,9 @@ class Receiver:
                     self.wake(1)
         finally:
             try:
-                await slot.close()
+                await slot.close()  # none mode writes its last counts there
             finally:
+                self._counts.slot_closed(number)
                 await self._pool.release(connection)
 
     @property
