@@ -1,9 +1,10 @@
 """The tables an endpoint uses, and its installers (NServiceBus's name for them).
 
 With ``TransportSettings.installers`` (the default) a deployment creates what is missing at
-start: its queue, the error and audit queues, its delayed-message store, its outbox and the
-subscription table, then runs the endpoint's business schema (``schema_sql`` and install
-hooks, :mod:`endpoint_runtime.business_schema`). With ``installers=False`` it runs no DDL at
+start: its queue, the error and audit queues, its delayed-message store, its outbox, the
+subscription table and its committed-counts table (``transactions.counting``), then runs the
+endpoint's business schema (``schema_sql`` and install hooks,
+:mod:`endpoint_runtime.business_schema`). With ``installers=False`` it runs no DDL at
 all and only checks that those tables, and the business tables the endpoint declares, exist,
 so an endpoint can run under a role that may create nothing (docs/security.md);
 :mod:`endpoint_runtime.privileges` writes the grants such a role needs.
@@ -27,6 +28,7 @@ from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.subscriptions import subscription_store
+from endpoint_runtime.transactions.counting import counts_table, create_counts_table
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
 
@@ -39,7 +41,8 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
 
     ``delayed`` is ``None`` for a send-only endpoint, with delayed delivery off, or with a
     delayed-message store that is not a table of this database; ``outbox`` without the
-    outbox; ``subscriptions`` without ``auto_subscribe``.
+    outbox; ``subscriptions`` without ``auto_subscribe``. ``committed_counts``: where its
+    receivers count what committed (``transactions.counting.counts_table``).
     """
 
     queue: QueueAddress
@@ -48,6 +51,7 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
     delayed: QueueAddress | None = None
     outbox: QueueAddress | None = None
     subscriptions: QueueAddress | None = None
+    committed_counts: QueueAddress | None = None
 
     @classmethod
     def of(cls, endpoint: Endpoint, settings: EndpointSettings) -> EndpointTables:
@@ -65,6 +69,7 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
                     if settings.outbox is not None else None),
             subscriptions=(subscription_store(settings.transport).table
                            if settings.auto_subscribe else None),
+            committed_counts=counts_table(endpoint.address),
         )
 
     def named(self) -> list[tuple[str, QueueAddress]]:
@@ -89,6 +94,7 @@ async def install(transport: PostgresTransport, endpoint: Endpoint,
             await OutboxStorage.for_settings(endpoint.address, settings).setup(connection)
         if settings.auto_subscribe:
             await subscription_store(settings.transport).setup(connection)
+        await create_counts_table(connection, counts_table(endpoint.address))
         await endpoint.business_schema.install(connection)
 
 

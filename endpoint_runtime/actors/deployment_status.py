@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import uuid
 
 import msgspec
 
@@ -19,7 +20,11 @@ class DeploymentConfig(msgspec.Struct, frozen=True, kw_only=True):
     address: QueueAddress
     dsn: str
     settings: EndpointSettings
-    deployment_id: str
+    deployment_id: str = msgspec.field(default_factory=lambda: uuid.uuid4().hex[:8])
+    """The deployment's id: its receivers' committed counts are kept under it
+    (:mod:`endpoint_runtime.actors.committed_counts`), and its connections' reservation names
+    it (:mod:`endpoint_runtime.connection_budget`, whence 8 hex digits: an
+    ``application_name`` holds 63 bytes)."""
 
 
 class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):

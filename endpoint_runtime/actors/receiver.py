@@ -23,6 +23,7 @@ import msgspec
 import ray
 import structlog
 
+from endpoint_runtime.actors.committed_counts import ReceiverCounts, counts_table
 from endpoint_runtime.actors.crash_ledger import CrashLedger, DoomedMessages
 from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.connecting import close_pool, connect_pool
@@ -49,6 +50,9 @@ class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
     dsn: str
     settings: EndpointSettings
     receiver_id: str
+    deployment_id: str = ""
+    """The deployment's id: its committed counts are kept under it
+    (``transactions.counting``); empty: the receiver keeps no committed counts."""
 
 
 class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +109,7 @@ class Receiver:
         self._ledger: CrashLedger | None = None
         self._doomed: DoomedMessages | None = None
         self._metrics: RayMetrics | None = None
+        self._counts: ReceiverCounts | None = None
 
     def _breaker(self, name: str) -> CircuitBreaker:
         settings = self.config.settings
@@ -162,6 +167,10 @@ class Receiver:
         self._doomed = DoomedMessages(self._pipeline.failures)
         self._doomed.sync(doomed or {})
         self._strategy = endpoint.create_strategy(self._pipeline, self._pool, settings)
+        self._counts = ReceiverCounts(
+            counts_table(endpoint.address), deployment_id=self.config.deployment_id,
+            receiver_id=self.config.receiver_id, node_id=_node_id())
+        await self._counts.clean_up(self._pool)
         # Everything allocated so far (Ray, asyncpg, the handler modules) lives as long as the
         # process: keep it out of the cyclic GC's full collections, which would otherwise walk
         # it again and again while messages flow.
@@ -291,7 +300,9 @@ class Receiver:
         except Exception as exc:
             await self._back_off(exc)
             return
+        assert self._counts is not None
         slot = self._strategy.open_slot(connection)
+        number = self._counts.slot_opened(slot)
         try:
             while not self._draining and len(self._slots) <= self._effective_allowance:
                 self._in_flight += 1
@@ -324,8 +335,9 @@ class Receiver:
                     self.wake(1)
         finally:
             try:
-                await slot.close()
+                await slot.close()  # none mode writes its last counts there
             finally:
+                self._counts.slot_closed(number)
                 await self._pool.release(connection)
 
     @property

@@ -13,6 +13,7 @@ import msgspec
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.messages import OutgoingMessage
 from endpoint_runtime.outgoing import as_delayed
+from endpoint_runtime.transactions.counting import NO_COUNTS, SlotCounts
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
@@ -36,7 +37,9 @@ class ReceiveSlot:
     on that connection for the slot's whole life (releasing a connection to an asyncpg pool
     costs a reset round trip, too much to pay per message). :meth:`close` releases what the
     slot kept (a transaction carried over, acks waiting, a second connection); it runs once,
-    however often it is called.
+    however often it is called. ``counts`` is the slot's row of committed counts
+    (``transactions.counting``; set by the receiver with :meth:`count_with`), written with the
+    commits of the work it counts.
 
     Example::
 
@@ -47,7 +50,12 @@ class ReceiveSlot:
 
     def __init__(self, connection: DatabaseConnection) -> None:
         self.connection = connection
+        self.counts: SlotCounts = NO_COUNTS
         self._closed = False
+
+    def count_with(self, counts: SlotCounts) -> None:
+        """Count this slot's committed messages in ``counts``' row from now on."""
+        self.counts = counts
 
     async def round(self) -> Round:
         """Receive one message (or one batch) and process it in the mode's transaction."""

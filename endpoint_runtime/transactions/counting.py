@@ -1,0 +1,119 @@
+"""Committed counts: what a receive slot processed, written in the transaction that commits it.
+
+Each receive slot of a receiver owns one row of its endpoint's ``<endpoint>_CommittedCounts``
+table (``transport/sql/committed_counts.sql``): (deployment, receiver, slot) with the Ray node,
+``processed`` (messages whose handlers ran and whose work committed) and ``failed`` (messages
+moved to the error queue). A strategy adds to the row with the statement
+:meth:`SlotCounts.statement` returns, sent in the same simple query as the COMMIT of the work it
+counts: the count commits exactly when that work does, and costs no round trip. Rows of one
+deployment are summed by :func:`endpoint_runtime.actors.committed_counts.read_committed`.
+
+A row per slot, not per receiver: a row is locked from its update until the COMMIT has been
+flushed, and slots sharing a row would wait for each other's flushes.
+
+Without a deployment (a strategy driven directly, as the integration tests do) a slot counts
+nothing: :data:`NO_COUNTS`.
+
+Example::
+
+    counts = SlotCounts(counts_table(endpoint.address), deployment_id="d1",
+                        receiver_id="sales-1a2b", slot=0, node_id="local")
+    statement = await counts.statement(connection, processed=1)
+    await connection.execute(f"{statement}; COMMIT")
+"""
+
+from __future__ import annotations
+
+import functools
+
+from endpoint_runtime.transport import sql
+from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
+from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
+from endpoint_runtime.transport.literals import text_literal
+from endpoint_runtime.transport.queues import ddl_lock
+
+COUNT_PARAMETER_TYPES = "text, text, integer, text, bigint, bigint"
+
+
+def counts_table(endpoint: QueueAddress) -> QueueAddress:
+    """The committed-counts table of the endpoint whose queue is ``endpoint``."""
+    return QueueAddress(endpoint.derived_name("_CommittedCounts"), endpoint.schema)
+
+
+@functools.lru_cache(maxsize=64)
+def statements(table: QueueAddress) -> dict[str, str]:
+    """Every statement of ``committed_counts.sql`` with the table's names filled in (and its
+    comment lines left out: the count travels with every COMMIT)."""
+    names = {"table": table.qualified, "schema": quote_identifier(table.schema)}
+    return {name: "\n".join(line for line in text.format(**names).splitlines()
+                            if not line.lstrip().startswith("--"))
+            for name, text in sql.load("committed_counts.sql").items()}
+
+
+async def create_counts_table(connection: DatabaseConnection, table: QueueAddress) -> None:
+    """Create ``table`` if it does not exist (idempotent, safe to run concurrently)."""
+    async with ddl_lock(connection):
+        await connection.execute(statements(table)["create_schema"])
+        await connection.execute(statements(table)["create_table"])
+
+
+class SlotCounts:
+    """The row of one receive slot and the statement that adds to it."""
+
+    def __init__(self, table: QueueAddress, *, deployment_id: str, receiver_id: str,
+                 slot: int, node_id: str) -> None:
+        self.table = table
+        self._count = statements(table)["count"]
+        self._key = ", ".join(
+            [text_literal(deployment_id), text_literal(receiver_id), str(int(slot)),
+             text_literal(node_id)])
+
+    async def statement(self, connection: DatabaseConnection, *, processed: int = 0,
+                        failed: int = 0) -> str:
+        """The statement that adds ``processed`` and ``failed`` to the row (created by its
+        first count), to send before the COMMIT; ``""`` when there is nothing to add. The
+        first call on a connection prepares the statement in its session (one round trip,
+        once per session)."""
+        if not processed and not failed:
+            return ""
+        name = await prepared_name(connection, self._count, COUNT_PARAMETER_TYPES)
+        values = f"{self._key}, {int(processed)}, {int(failed)}"
+        if name is None:  # a connection that does not track its prepared statements
+            text = self._count.replace("$1, $2, $3, $4, $5, $6", values)
+            return text.strip().rstrip(";")
+        return f"EXECUTE {name}({values})"
+
+
+class NoCounts(SlotCounts):
+    """A slot that counts nothing durably (no deployment)."""
+
+    def __init__(self) -> None:
+        pass
+
+    async def statement(self, connection: DatabaseConnection, *, processed: int = 0,
+                        failed: int = 0) -> str:
+        return ""
+
+
+NO_COUNTS = NoCounts()
+
+
+class PendingCounts:
+    """Counts not committed yet (none mode: messages handled outside any transaction), to go
+    with the next statement the slot sends anyway. :meth:`sent` takes off what a committed
+    statement carried; what a failed one carried stays."""
+
+    def __init__(self) -> None:
+        self.processed = 0
+        self.failed = 0
+
+    def add(self, *, processed: int = 0, failed: int = 0) -> None:
+        self.processed += processed
+        self.failed += failed
+
+    def snapshot(self) -> tuple[int, int]:
+        return self.processed, self.failed
+
+    def sent(self, carried: tuple[int, int]) -> None:
+        self.processed -= carried[0]
+        self.failed -= carried[1]
