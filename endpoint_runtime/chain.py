@@ -26,7 +26,13 @@ from endpoint_runtime.handlers import HandlerRegistry
 from endpoint_runtime.metrics import Metrics
 from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.outbox_step import OutboxStep
-from endpoint_runtime.pipeline import Pipeline, Step, UserStep, order_user_steps
+from endpoint_runtime.pipeline import (
+    Pipeline,
+    ProcessingStats,
+    Step,
+    UserStep,
+    order_user_steps,
+)
 from endpoint_runtime.recoverability import FailedMessages, RecoverabilityPolicy
 from endpoint_runtime.recoverability_step import RecoverabilityStep
 from endpoint_runtime.settings import EndpointSettings
@@ -37,7 +43,6 @@ from endpoint_runtime.steps import (
     InvokeHandlersStep,
     LogContextStep,
     MetricsStep,
-    ProcessingStats,
     TypeTags,
 )
 from endpoint_runtime.subscriptions import subscription_store

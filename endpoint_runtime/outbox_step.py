@@ -45,9 +45,8 @@ from endpoint_runtime.outbox import (
     operation_of,
 )
 from endpoint_runtime.outgoing import as_delayed
-from endpoint_runtime.pipeline import IncomingContext, Next, Unit
+from endpoint_runtime.pipeline import IncomingContext, Next, ProcessingStats, Unit
 from endpoint_runtime.settings import OutboxSettings
-from endpoint_runtime.steps import ProcessingStats
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import (

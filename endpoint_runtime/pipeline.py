@@ -43,7 +43,6 @@ from endpoint_runtime.transport.sending import Executor
 if TYPE_CHECKING:
     from endpoint_runtime.delayed.store import DelayedMessageStore
     from endpoint_runtime.recoverability import FailedMessages
-    from endpoint_runtime.steps import ProcessingStats
 
 
 class Outcome(enum.Enum):
@@ -56,6 +55,22 @@ class Outcome(enum.Enum):
     """Moved by recoverability (error queue, delayed retry, discard): commit."""
     FAILED = "failed"
     """An attempt failed and was counted: roll back (the row comes back)."""
+
+
+class ProcessingStats:
+    """Counters a receiver reports to the peeker; ``processed`` counts messages whose work
+    committed."""
+
+    def __init__(self) -> None:
+        self.processed = 0
+        self.failed = 0
+        self.moved_to_error = 0
+        self.delayed_retries = 0
+        self.discarded = 0
+        self.consecutive_failures = 0
+        self.processing_seconds = 0.0
+        self.outbox_duplicates = 0
+        """Messages whose id the outbox had recorded already: acknowledged without handlers."""
 
 
 class Unit:

@@ -20,8 +20,8 @@ import asyncpg
 import structlog
 from asyncpg.pool import PoolConnectionProxy
 
-from endpoint_runtime import error_queue
 from endpoint_runtime.delayed.store import DelayedMessageStore
+from endpoint_runtime.error_queue import move_failed, move_poison
 from endpoint_runtime.errors import (
     HandlerCancelledError,
     QueueNotFoundError,
@@ -31,7 +31,7 @@ from endpoint_runtime.errors import (
 from endpoint_runtime.messages import PoisonMessage, RetryHeaders, TransportMessage
 from endpoint_runtime.metrics import UNKNOWN_TYPE, Metrics
 from endpoint_runtime.outgoing import delayed_message, due_in
-from endpoint_runtime.pipeline import IncomingContext, Next, Outcome, Unit
+from endpoint_runtime.pipeline import IncomingContext, Next, Outcome, ProcessingStats, Unit
 from endpoint_runtime.recoverability import (
     Action,
     Decision,
@@ -41,7 +41,7 @@ from endpoint_runtime.recoverability import (
     RetryLimits,
     delayed_retry_headers,
 )
-from endpoint_runtime.steps import ProcessingStats, TypeTags
+from endpoint_runtime.steps import TypeTags
 from endpoint_runtime.subscriptions import SubscriptionStore
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import is_lost
@@ -202,7 +202,7 @@ class RecoverabilityStep:
     async def move_to_error_queue(
         self, executor: Executor, message: TransportMessage, failure: Failure
     ) -> None:
-        await error_queue.move_failed(executor, self.error_address, message, failure,
+        await move_failed(executor, self.error_address, message, failure,
                                       str(self.local_address), self.endpoint)
         self.failures.forget(message.native_id)
         self.stats.moved_to_error += 1
@@ -231,7 +231,7 @@ class RecoverabilityStep:
     async def move_poison_to_error_queue(self, executor: Executor, message: PoisonMessage) -> None:
         """Headers that do not parse: the raw row goes to the error queue as it is."""
         try:
-            await error_queue.move_poison(executor, self.error_address, message)
+            await move_poison(executor, self.error_address, message)
         except Exception as exc:
             raise RecoverabilityFailedError(message.native_id) from exc
         self.stats.moved_to_error += 1

@@ -26,27 +26,11 @@ from endpoint_runtime.messages import (
     to_wire_time,
 )
 from endpoint_runtime.metrics import UNKNOWN_TYPE, Metrics
-from endpoint_runtime.pipeline import IncomingContext, Next
+from endpoint_runtime.pipeline import IncomingContext, Next, ProcessingStats
 from endpoint_runtime.recoverability import FailedMessages
 from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import SubscriptionStore
 from endpoint_runtime.transport.addresses import QueueAddress
-
-
-class ProcessingStats:
-    """Counters a receiver reports to the peeker; ``processed`` counts messages whose work
-    committed."""
-
-    def __init__(self) -> None:
-        self.processed = 0
-        self.failed = 0
-        self.moved_to_error = 0
-        self.delayed_retries = 0
-        self.discarded = 0
-        self.consecutive_failures = 0
-        self.processing_seconds = 0.0
-        self.outbox_duplicates = 0
-        """Messages whose id the outbox had recorded already: acknowledged without handlers."""
 
 
 class TypeTags:
