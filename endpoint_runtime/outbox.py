@@ -3,7 +3,8 @@
 Table ``"<endpoint>_OutboxData"`` (message_id primary key, dispatched, dispatched_at,
 persistence_version, operations jsonb) lives beside the business tables, so a handler's writes
 and the record of its outgoing messages commit in one transaction. :class:`OutboxStorage` holds
-the statements; the flow is in :mod:`endpoint_runtime.transactions.outbox`; the cleaner below
+the statements; the flow is in :mod:`endpoint_runtime.outbox_step` (the step) and
+:mod:`endpoint_runtime.transactions.outbox_receive` (the receive and the acks); the cleaner below
 deletes old dispatched records.
 """
 
