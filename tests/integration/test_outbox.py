@@ -172,8 +172,9 @@ async def test_record_committed_but_not_dispatched_is_dispatched_on_redelivery(
         async with transport.pool.acquire() as business:
             # The business commit; the dispatch, made on the receive connection (this pool's
             # connections keep no prepared statements, so it cannot go with the commit) ...
-            unit = OutboxUnit(connection, BufferedDispatcher(transport.pool, None),
-                              OpenTransactionConnection(business), business, None)
+            collected = BufferedDispatcher(transport.pool, strategy.pipeline.delayed_store)
+            unit = OutboxUnit(connection, collected, OpenTransactionConnection(business),
+                              business, None)
             await strategy.pipeline.run(received, unit)
             await end_carried_transaction(business)
         await transaction.rollback()  # ... rolls back with the receive: the process died
