@@ -6,7 +6,8 @@ A transaction strategy (``endpoint_runtime.transactions``) enters it once per me
 outgoing messages, the handlers' connection, and the hooks the steps leave for the end of the
 transaction. Each step is ``async def __call__(context, next)`` and calls ``await
 next(context)`` to go on (NServiceBus's behaviors, dramatiq's middleware). The built-in steps,
-in order (``endpoint_runtime.steps``; the outbox's in ``endpoint_runtime.outbox``):
+in order (``endpoint_runtime.steps``, ``recoverability_step``, ``outbox_step``; which ones an
+endpoint gets: ``endpoint_runtime.chain``):
 
 ==================  ============================================================================
 ``log_context``     the per-message log context (endpoint, message id, attempt)
@@ -136,8 +137,8 @@ class IncomingContext:
     Attributes:
         message: the received message (a :class:`PoisonMessage` only until screening).
         unit: what the mode provides (:class:`Unit`).
-        dispatcher, connection: what the handlers get, the unit's unless a step replaced
-            them (the outbox collects the outgoing messages and runs the handlers on its
+        dispatcher, connection: what the handlers get: the unit's (a step may replace them
+            for the steps after it; the outbox's unit brings a collecting dispatcher and its
             business connection).
         outgoing_hooks: called with the headers of every message the handlers send; a step
             adds one with :meth:`on_outgoing`.
