@@ -156,10 +156,13 @@ async def submit(options: SubmitOptions) -> int:
     import ray
 
     committed = await _committed(deployments)
-    extra: dict[str, Any] = {"counted": "committed" if committed is not None else "peekers"}
+    extra: dict[str, Any] = {"counted": "peekers"}
     if committed is None:  # the database away at the very end: the peekers' last word
-        committed = tracker.processed()
-    print_report(tracker, deployments, time.monotonic() - run.started, committed,
+        processed = tracker.processed()
+    else:
+        processed, failed = committed
+        extra = {"counted": "committed", "moved_to_error_queue": failed}
+    print_report(tracker, deployments, time.monotonic() - run.started, processed,
                  await asyncio.to_thread(ray.nodes), extra)
     return exit_code
 
@@ -178,12 +181,28 @@ async def _stop(deployment: EndpointDeployment, tracker: Tracker) -> None:
     tracker.record(deployment, final)
 
 
-async def _committed(deployments: list[EndpointDeployment]) -> collections.Counter[str] | None:
-    """What the deployments' receivers committed, per Ray node id, from the database (exact,
-    whatever happened to receivers and peekers); ``None`` when it cannot be read."""
+async def _committed(
+    deployments: list[EndpointDeployment],
+) -> tuple[collections.Counter[str], int] | None:
+    """What the deployments' receivers committed, per Ray node id, and how many messages they
+    moved to the error queue, from the database (exact, whatever happened to receivers and
+    peekers); ``None`` when it cannot be read."""
     total: collections.Counter[str] = collections.Counter()
+    failed = 0
     if not deployments:
-        return total
+        return total, failed
+    try:
+        async with PostgresTransport.connect(deployments[0].config.settings.transport) as db:
+            for deployment in deployments:
+                counts = await read_committed(db.pool, deployment.config.deployment_id,
+                                              table=counts_table(deployment.config.address))
+                total.update(counts.by_node)
+                failed += counts.failed
+    except (EndpointRuntimeError, OSError, asyncpg.PostgresError,
+            asyncpg.InterfaceError) as exc:
+        log.error("committed_counts_unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
+        return None
+    return total, failed
     try:
         async with PostgresTransport.connect(deployments[0].config.settings.transport) as db:
             for deployment in deployments:

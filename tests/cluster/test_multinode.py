@@ -257,6 +257,7 @@ async def test_install_then_send_then_until_empty_waits_for_the_delayed_store(
     assert [row["n"] for row in rows] == list(range(total)), (driver.lines, driver.stderr_tail())
     assert time.monotonic() - started >= DELAYED_RETRY_SECONDS
     assert result["processed"] == total, result
+    assert (result["counted"], result["moved_to_error_queue"]) == ("committed", 0), result
 
 
 async def test_a_worker_node_lost_mid_load_loses_no_message(
