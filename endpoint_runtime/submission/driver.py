@@ -203,17 +203,6 @@ async def _committed(
         log.error("committed_counts_unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
         return None
     return total, failed
-    try:
-        async with PostgresTransport.connect(deployments[0].config.settings.transport) as db:
-            for deployment in deployments:
-                counts = await read_committed(db.pool, deployment.config.deployment_id,
-                                              table=counts_table(deployment.config.address))
-                total.update(counts.by_node)
-    except (EndpointRuntimeError, OSError, asyncpg.PostgresError,
-            asyncpg.InterfaceError) as exc:
-        log.error("committed_counts_unavailable", error=f"{type(exc).__name__}: {exc}"[:300])
-        return None
-    return total
 
 
 def _print_installed(path: str, endpoint: Endpoint, settings: EndpointSettings) -> None:
