@@ -218,7 +218,7 @@ class StatusLoop:
     def __init__(self, run: Run, deployments: list[EndpointDeployment],
                  planned: list[tuple[str, Endpoint]], settings: list[EndpointSettings],
                  tracker: Tracker) -> None:
-        self.run_ = run
+        self.submission = run
         self.watches = [StatusWatch(d) for d in deployments]
         self.planned = planned
         self.settings = settings
@@ -228,7 +228,7 @@ class StatusLoop:
     async def run(self) -> int:
         import ray
 
-        run = self.run_
+        run = self.submission
         async with PostgresTransport.connect(self.settings[0].transport) as transport:
             try:
                 while not run.stop_requested.is_set() and self.watches:
@@ -273,7 +273,7 @@ class StatusLoop:
             if status.halted:
                 log.error("endpoint_halted", endpoint=endpoint)
                 self.exit_code = 1
-                self.run_.stop_requested.set()
+                self.submission.stop_requested.set()
             unresponsive = len(watch.notes.unresponsive_receivers)
             line = log.info if watch.peeker == "ok" and not unresponsive else log.warning
             line("endpoint_status", endpoint=endpoint, depth=depth,
