@@ -78,7 +78,10 @@ class Outcome(enum.Enum):
     HANDLED = "handled"
     """Handlers ran: commit (with the outgoing messages), then ``succeeded``."""
     CONSUMED = "consumed"
-    """Moved by recoverability (error queue, delayed retry, discard): commit."""
+    """Moved by recoverability (delayed retry, discard): commit."""
+    MOVED_TO_ERROR = "moved_to_error"
+    """Moved to the error queue (recoverability gave up, or a poison row): commit; it counts
+    as failed in the committed counts (``transactions.counting``)."""
     FAILED = "failed"
     """An attempt failed and was counted: roll back (the row comes back)."""
 
@@ -230,15 +233,14 @@ class Pipeline:
         self, received: TransportMessage | PoisonMessage, executor: Executor
     ) -> Outcome | None:
         """Poison rows and messages recoverability has decided on are moved here
-        (``CONSUMED``); ``None``: handle the message."""
+        (``CONSUMED``, ``MOVED_TO_ERROR``); ``None``: handle the message."""
         if isinstance(received, PoisonMessage):
             await self.move_poison_to_error_queue(executor, received)
-            return Outcome.CONSUMED
+            return Outcome.MOVED_TO_ERROR
         decision = self.pending_decision(received)
         if decision is None:
             return None
-        await self.apply_decision(executor, received, decision)
-        return Outcome.CONSUMED
+        return await self.apply_decision(executor, received, decision)
 
     async def handle(self, message: TransportMessage, context: HandlerContext) -> Outcome:
         """Decode the body and run every handler of its type, in registration order; then,
@@ -332,11 +334,12 @@ class Pipeline:
 
     async def apply_decision(
         self, executor: Executor, message: TransportMessage, decision: Decision
-    ) -> None:
+    ) -> Outcome:
         """Carry out a delayed retry, an error-queue move or a discard (the message is
         consumed by the caller's commit)."""
         failure = self.failures.get(message.native_id)
         assert failure is not None, "a decision needs a recorded failure"
+        outcome = Outcome.CONSUMED
         try:
             if decision.action is Action.DISCARD:
                 self.stats.discarded += 1
@@ -345,17 +348,19 @@ class Pipeline:
                 await self._store_delayed_retry(executor, message, decision.delay)
             else:
                 await self.move_to_error_queue(executor, message, failure)
+                outcome = Outcome.MOVED_TO_ERROR
         except Exception as exc:
             raise RecoverabilityFailedError(message.native_id) from exc
         self.failures.forget(message.native_id)
+        return outcome
 
-    async def give_up(self, executor: Executor, message: TransportMessage) -> None:
+    async def give_up(self, executor: Executor, message: TransportMessage) -> Outcome:
         """At most once (``TransactionMode.NONE``): a failed message cannot be retried, so a
         copy goes to the error queue, unless the handler discarded it."""
         decision = self.pending_decision(message)
         if decision is None or decision.action is not Action.DISCARD:
             decision = Decision(Action.ERROR_QUEUE)
-        await self.apply_decision(executor, message, decision)
+        return await self.apply_decision(executor, message, decision)
 
     async def move_to_error_queue(
         self, executor: Executor, message: TransportMessage, failure: Failure

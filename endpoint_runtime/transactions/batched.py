@@ -3,7 +3,9 @@
 BEGIN; DELETE up to N lowest unlocked seqs; for each message run the handlers with a savepoint
 taken on its first database use; a failed message's work is rolled back to its savepoint, its
 outgoing messages dropped, and its row re-inserted with the original seq so it is retried on
-its own; write all outgoing messages (one round trip per destination); COMMIT once.
+its own; write all outgoing messages (one round trip per destination); COMMIT once, with the
+slot's committed count of the batch (``transactions.counting``: its handled messages as
+processed, those moved to the error queue as failed) in the same simple query.
 
 If the batch itself cannot commit (e.g. an outgoing message to a queue that does not exist),
 everything rolls back and the next N messages are received one by one, so that the failure is
@@ -12,21 +14,25 @@ charged to the message that caused it.
 
 from __future__ import annotations
 
-import contextlib
-
 import asyncpg
 import structlog
 
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Outcome, Pipeline
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ReceiveSlot, Round
-from endpoint_runtime.transactions.connections import LazySavepointConnection
+from endpoint_runtime.transactions.connections import (
+    LazySavepointConnection,
+    OpenTransactionConnection,
+)
+from endpoint_runtime.transactions.counting import SlotCounts
 from endpoint_runtime.transactions.single import (
     SingleMessageStrategy,
     end_carried_transaction,
+    joined,
+    rollback_quietly,
 )
 from endpoint_runtime.transport import receiving
-from endpoint_runtime.transport.connection import QUERY_ERRORS, DatabaseConnection, is_lost
+from endpoint_runtime.transport.connection import DatabaseConnection, is_lost
 
 log = structlog.get_logger("endpoint_runtime.batched")
 
@@ -43,19 +49,20 @@ class BatchedAtomicStrategy:
     def open_slot(self, connection: DatabaseConnection) -> BatchedSlot:
         return BatchedSlot(self, connection)
 
-    async def receive_batch(self, connection: DatabaseConnection) -> Round:
-        """One batch in one transaction; a failure to commit it is raised, rolled back."""
+    async def receive_batch(self, connection: DatabaseConnection, counts: SlotCounts) -> Round:
+        """One batch in one transaction, committed with its count in ``counts``' row; a
+        failure to commit it is raised, rolled back."""
         # One by one, each COMMIT began the next transaction: end it before the batch's own.
+        # A plain BEGIN (not asyncpg's transaction) so that the count goes with the COMMIT.
         await end_carried_transaction(connection)
-        transaction = connection.transaction()
-        await transaction.start()
+        await connection.execute("BEGIN")
         try:
-            result, handled = await self._process_batch(connection)
-            await transaction.commit()
+            result, handled, moved = await self._process_batch(connection)
+            count = await counts.statement(connection, processed=len(handled), failed=moved)
+            await connection.execute(joined(count, "COMMIT"))
         except BaseException:
             # Connection lost or COMMIT failed (the server rolled back): nothing to undo.
-            with contextlib.suppress(*QUERY_ERRORS):
-                await transaction.rollback()
+            await rollback_quietly(connection)
             raise
         for message in handled:
             self._pipeline.succeeded(message)
@@ -63,15 +70,17 @@ class BatchedAtomicStrategy:
 
     async def _process_batch(
         self, connection: DatabaseConnection
-    ) -> tuple[Round, list[TransportMessage]]:
+    ) -> tuple[Round, list[TransportMessage], int]:
+        """The batch's round, its handled messages and how many it moved to the error
+        queue."""
         pipeline = self._pipeline
         batch = await receiving.receive_batch(connection, pipeline.local_address, self.batch_size)
         if not batch:
-            return EMPTY, []
+            return EMPTY, [], 0
         outgoing = BufferedDispatcher(self._pool, pipeline.delayed_store)
         retry: list[TransportMessage] = []
         handled: list[TransportMessage] = []
-        failed = 0
+        failed = moved = 0
         for received in batch:
             outcome = await self._process_one(connection, received, outgoing)
             if outcome is Outcome.HANDLED:
@@ -83,10 +92,11 @@ class BatchedAtomicStrategy:
                 failed += 1
             else:
                 failed += 1  # moved on by recoverability
+                moved += outcome is Outcome.MOVED_TO_ERROR
         if retry:
             await receiving.reinsert(connection, pipeline.local_address, retry)
         await outgoing.flush(connection)
-        return Round(taken=len(batch), handled=len(handled), failed=failed), handled
+        return Round(taken=len(batch), handled=len(handled), failed=failed), handled, moved
 
     async def _process_one(
         self, connection: DatabaseConnection, received: TransportMessage | PoisonMessage,
@@ -103,8 +113,11 @@ class BatchedAtomicStrategy:
                 savepoint = True
 
         own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
+        # The batch's transaction began with a plain BEGIN: handlers' transactions are
+        # savepoints (OpenTransactionConnection), after the message's own.
         outcome = await self._pipeline.process(
-            received, connection, own, LazySavepointConnection(connection, ensure_savepoint))
+            received, connection, own,
+            LazySavepointConnection(OpenTransactionConnection(connection), ensure_savepoint))
         if outcome is Outcome.HANDLED and savepoint:
             try:
                 # Fails if the handler caught a database error without a savepoint of its own.
@@ -131,6 +144,10 @@ class BatchedSlot(ReceiveSlot):
         self._one_by_one = strategy.one_by_one.open_slot(connection)
         self.single_rounds_left = 0
 
+    def count_with(self, counts: SlotCounts) -> None:
+        super().count_with(counts)
+        self._one_by_one.count_with(counts)
+
     async def release(self) -> None:
         await end_carried_transaction(self.connection)
 
@@ -139,7 +156,7 @@ class BatchedSlot(ReceiveSlot):
             self.single_rounds_left -= 1
             return await self._one_by_one.round()
         try:
-            return await self._strategy.receive_batch(self.connection)
+            return await self._strategy.receive_batch(self.connection, self.counts)
         except BaseException as exc:
             self.single_rounds_left = self._strategy.batch_size
             if not isinstance(exc, Exception) or is_lost(self.connection):

@@ -16,6 +16,10 @@ Per message, on the receive connection (A) and a business connection (B):
 4. A: COMMIT (the ack), usually together with the acks of the next messages
    (``transactions.ack_group``, setting ``acks_per_commit``).
 
+The slot's committed count (``transactions.counting``) of a handled message commits with its
+record in 2, so a redelivered message, found recorded, is not counted again; a message moved to
+the error queue is counted as failed with the receive transaction's COMMIT.
+
 The mark and the inserts commit together, so each record is dispatched exactly once; if the
 process dies between 2 and 3, the redelivered message finds its record and only step 3 runs; if
 it dies between 3 and 4, the redelivered message finds its record dispatched and is only acked.
@@ -58,12 +62,14 @@ from endpoint_runtime.transactions.base import (
     as_delayed,
 )
 from endpoint_runtime.transactions.connections import OpenTransactionConnection
+from endpoint_runtime.transactions.counting import NO_COUNTS, SlotCounts
 from endpoint_runtime.transactions.single import (
     FAILED_ROUND,
     begin_unless_carried,
     charge_or_raise,
     commit_and_begin,
     end_carried_transaction,
+    joined,
     rollback_quietly,
     settled,
 )
@@ -130,7 +136,10 @@ class OutboxStrategy:
             if outcome is Outcome.FAILED:
                 await rollback_quietly(connection)
                 return FAILED_ROUND
-            await commit_and_begin(connection, handled=outcome is Outcome.HANDLED)
+            # A handled message was counted with its record (business transaction).
+            count = await slot.counts.statement(
+                connection, failed=int(outcome is Outcome.MOVED_TO_ERROR))
+            await commit_and_begin(connection, count, handled=outcome is Outcome.HANDLED)
         except BaseException as exc:
             group.committed()
             await rollback_quietly(connection)
@@ -163,7 +172,7 @@ class OutboxStrategy:
         dispatch; else the dispatch in the receive transaction. ``HANDLED``: commit the ack
         now; ``None``: the ack waits in the group; ``FAILED``: roll back."""
         business = await slot.business_connection()
-        dispatched = await self._run_handlers(message, business, recorded)
+        dispatched = await self._run_handlers(message, business, recorded, slot.counts)
         if dispatched is None:
             return Outcome.FAILED
         if dispatched and slot.group.can_defer():
@@ -174,10 +183,12 @@ class OutboxStrategy:
         return Outcome.HANDLED
 
     async def _run_handlers(
-        self, message: TransportMessage, business: DatabaseConnection, recorded: bool | None
+        self, message: TransportMessage, business: DatabaseConnection, recorded: bool | None,
+        counts: SlotCounts = NO_COUNTS,
     ) -> bool | None:
-        """The business transaction: handlers and the outbox record commit together; then,
-        in the same round trip, the dispatch when it can go there.
+        """The business transaction: handlers, the outbox record and the slot's count of the
+        message commit together; then, in the same round trip, the dispatch when it can go
+        there.
 
         ``recorded`` is what the receive found out about the message id (``None``: nothing).
         Returns whether the operations were dispatched: ``False`` when they are still to be
@@ -219,7 +230,8 @@ class OutboxStrategy:
             # No operation: the record is stored dispatched, there is nothing to dispatch.
             dispatch = (await self._dispatch_statement(business, message_id, operations)
                         if operations else None)
-            then = "COMMIT" if dispatch is None else f"COMMIT; {dispatch}"
+            count = await counts.statement(business, processed=1)
+            then = joined(count, "COMMIT", dispatch or "")
             try:
                 await self._storage.record_and_commit(
                     business, message_id, encode_operations(operations), pessimistic=pessimistic,

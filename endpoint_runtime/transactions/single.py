@@ -14,6 +14,8 @@ Round trips are what a receive costs, so they are saved where the guarantees all
 - **Sends with the COMMIT.** In atomic mode, small outgoing messages are INSERTs with literal
   values sent in that same simple query; the statements run in order and the first failure
   aborts the rest, so the sends commit exactly when the receive does.
+- **Counts with the COMMIT.** So does the slot's committed count (``transactions.counting``):
+  processed for a handled message, failed for one moved to the error queue.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from endpoint_runtime.transactions.base import (
     Round,
 )
 from endpoint_runtime.transactions.connections import OpenTransactionConnection
+from endpoint_runtime.transactions.counting import SlotCounts
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.connection import (
     QUERY_ERRORS,
@@ -103,7 +106,9 @@ class SingleMessageSlot(ReceiveSlot):
             before_commit = ""
             if outcome is Outcome.HANDLED and isinstance(dispatcher, BufferedDispatcher):
                 before_commit = await dispatcher.flush_before_commit(connection)
-            await commit_and_begin(connection, before_commit, handled=outcome is Outcome.HANDLED)
+            count = await count_statement(self.counts, connection, outcome)
+            await commit_and_begin(connection, joined(before_commit, count),
+                                   handled=outcome is Outcome.HANDLED)
         except BaseException as exc:
             await rollback_quietly(connection)
             charge_or_raise(pipeline, received, exc, connection)
@@ -112,6 +117,19 @@ class SingleMessageSlot(ReceiveSlot):
 
 
 FAILED_ROUND = Round(taken=1, failed=1)
+
+
+async def count_statement(counts: SlotCounts, connection: DatabaseConnection,
+                          outcome: Outcome) -> str:
+    """The statement that counts a committed message of ``outcome`` in the slot's row."""
+    return await counts.statement(
+        connection, processed=int(outcome is Outcome.HANDLED),
+        failed=int(outcome is Outcome.MOVED_TO_ERROR))
+
+
+def joined(*statements: str) -> str:
+    """Statements for one simple query (empty ones left out)."""
+    return "; ".join(s for s in statements if s)
 
 
 async def begin_unless_carried(connection: DatabaseConnection) -> None:
