@@ -187,7 +187,7 @@ class Peeker:
         cap = self.settings.transport.max_records_to_peek
         self._estimate = await receiving.peek(self._pool, self.config.address, cap)
         self._metrics.queue_length(self._estimate)
-        if self._halted:
+        if self._halted or self._replaced_by is not None:
             return  # the estimate stays current; nothing is started
         await self._refresh_statuses()
         busy = sum(h.last.in_flight for h in self._receivers if h.last)
@@ -405,11 +405,15 @@ class Peeker:
         return PeekerNotes(unresponsive_receivers=sorted(self._unresponsive & running),
                            replaced_by=self._replaced_by)
 
-    def request_replacement(self, by: str) -> None:
-        """A new deployment of this endpoint (deployment id ``by``) runs: this one's driver
-        is to stop it gracefully (``submit --replace``)."""
+    async def request_replacement(self, by: str) -> None:
+        """A new deployment of this endpoint (deployment id ``by``) runs (``submit
+        --replace``): stop receiving (the receivers finish what they hold and are retired;
+        none is started again) and tell the driver, which stops the deployment."""
+        if self._replaced_by is not None or self._stopping:
+            return
         log.info("replacement_requested", by=by)
         self._replaced_by = by
+        asyncio.get_running_loop().create_task(self._stop_receiving())
 
     def node_id(self) -> str:
         """The Ray node this peeker runs on."""
