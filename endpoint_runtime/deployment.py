@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import uuid
 from typing import Any
 
@@ -21,9 +22,11 @@ import msgspec
 import structlog
 
 from endpoint_runtime import installation
+from endpoint_runtime.actors import scaling
 from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.actors.deployment_status import DeploymentConfig, DeploymentStatus
 from endpoint_runtime.actors.peeker import PeekerActor
+from endpoint_runtime.actors.receiver_handles import autoscaler_node_types, live_nodes
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.connection_budget import (
     ConnectionBudget,
@@ -33,7 +36,7 @@ from endpoint_runtime.connection_budget import (
 )
 from endpoint_runtime.embedded import RedactedDsn, resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
-from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import subscription_store
@@ -54,6 +57,10 @@ class EndpointDeployment:
         self.peeker_resources = peeker_resources
         self.restarts = 0
         """Times :meth:`restart` recreated the peeker."""
+        self.restarting = False
+        """A :meth:`restart` is under way (the driver's status lines say so)."""
+        self.stopped = False
+        """:meth:`stop` ran."""
 
     @classmethod
     async def start(
@@ -62,6 +69,7 @@ class EndpointDeployment:
         *,
         settings: EndpointSettings | None = None,
         peeker_resources: dict[str, float] | None = None,
+        prepared: bool = False,
         **overrides: Any,
     ) -> EndpointDeployment:
         """Create the endpoint's queues and tables (or, without installers, check that they
@@ -72,37 +80,25 @@ class EndpointDeployment:
         Setting overrides (e.g. ``max_concurrency=4``) apply to this deployment only.
         ``peeker_resources``: Ray custom resources the peeker requires (the node it runs on);
         by default it runs on the driver's node. Receivers are placed by the settings'
-        ``receiver_resources`` (default: spread over the nodes).
+        ``receiver_resources`` (default: spread over the nodes). A resource that no live node
+        (nor a node type of the autoscaler's configuration) has raises
+        :class:`ResourcesUnavailable` at once. ``prepared``: :func:`prepare_endpoint` ran
+        already (tables and subscriptions are there).
         """
         if isinstance(endpoint, str):
             path, endpoint = endpoint, load_endpoint(endpoint)
         else:
             path = endpoint.import_path
-        endpoint.validate()
-        settings = settings or endpoint.settings
-        if overrides:
-            settings = replace_settings(settings, **overrides)
-        transport_settings = settings.transport
-        if transport_settings.schema != endpoint.address.schema:
-            # The queue, the delayed-message store and the outbox of an endpoint are placed
-            # when it is created; moving only some of them would split the endpoint.
-            raise ConfigurationError(
-                f"endpoint {endpoint.name!r} lives in schema {endpoint.address.schema!r}; "
-                f"a deployment cannot move it to {transport_settings.schema!r} (set the "
-                "schema in the Endpoint's own settings instead)"
-            )
-        # Its repr hides the password: the DSN travels in configs, to Ray actors, into reprs.
-        dsn = RedactedDsn(await asyncio.to_thread(resolve_dsn, transport_settings.dsn))
-        transport_settings = msgspec.structs.replace(transport_settings, dsn=dsn)
-        settings = msgspec.structs.replace(settings, transport=transport_settings)
-        async with PostgresTransport.connect(transport_settings) as transport:
-            async with transport.pool.acquire() as connection:  # before anything is created
-                await check_connection_budget(connection, settings, endpoint=endpoint.name)
-            await installation.prepare(transport, endpoint, settings)
-            if settings.auto_subscribe:  # events only; stored command subscriptions pruned
-                async with transport.pool.acquire() as connection:
-                    await endpoint.subscribe_at_start(connection,
-                                                      subscription_store(transport_settings))
+        settings = await deployment_settings(endpoint, settings, **overrides)
+        ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
+        await asyncio.to_thread(check_placement, settings, peeker_resources)
+        async with (PostgresTransport.connect(settings.transport) as transport,
+                    transport.pool.acquire() as connection):  # before anything is created
+            await check_connection_budget(connection, settings, endpoint=endpoint.name)
+        if not prepared:
+            await prepare_endpoint(endpoint, settings)
+        dsn = settings.transport.dsn
+        assert dsn is not None  # resolved by deployment_settings
         config = _reserving(DeploymentConfig(
             endpoint_path=path,
             endpoint_name=endpoint.name,
@@ -111,7 +107,6 @@ class EndpointDeployment:
             settings=settings,
             deployment_id=uuid.uuid4().hex[:8],
         ))
-        ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
         peeker = await _start_peeker(config, peeker_resources)
         log.info("endpoint_started", endpoint=endpoint.name, path=path,
                  mode=settings.mode.value, max_concurrency=settings.max_concurrency)
@@ -121,19 +116,26 @@ class EndpointDeployment:
         """Start a new peeker (with new receivers) after this one was lost, e.g. with the
         node it ran on. The old peeker's receivers die with it (Ray ends the actors an actor
         created when it dies), so their in-flight messages roll back and come again; the
-        queues and tables exist already. Counts start again from zero."""
+        queues and tables exist already. The deployment keeps its ``deployment_id`` (the
+        committed counts of :mod:`endpoint_runtime.actors.committed_counts` go on from where
+        they were); the peeker's own counts start again from zero."""
+        self.restarting = True
+        try:
+            await self._restart()
+        finally:
+            self.restarting = False
+
+    async def _restart(self) -> None:
         import ray
 
         with contextlib.suppress(Exception):
             ray.kill(self.peeker, no_restart=True)
-        self.config = _reserving(
-            msgspec.structs.replace(self.config, deployment_id=uuid.uuid4().hex[:8]))
         resources = self.peeker_resources
         if resources and not await asyncio.to_thread(_some_live_node_has, resources):
             # Pinned to the node that was lost: anywhere is better than waiting for it.
             log.warning("peeker_placement_unavailable", resources=resources)
             resources = None
-        self.peeker = await _start_peeker(self.config, resources)
+        self.peeker = await _start_peeker(self.config, resources, self.restarts + 1)
         self.restarts += 1
         log.warning("endpoint_restarted", endpoint=self.config.endpoint_name,
                     restarts=self.restarts)
@@ -183,6 +185,7 @@ class EndpointDeployment:
         """Graceful stop (receivers finish in-flight work within ``stop_timeout``)."""
         import ray
 
+        self.stopped = True
         final: DeploymentStatus = await self.peeker.stop.remote()
         ray.kill(self.peeker, no_restart=True)
         log.info("endpoint_stopped", endpoint=self.config.endpoint_name,
@@ -200,12 +203,15 @@ def _reserving(config: DeploymentConfig) -> DeploymentConfig:
     return msgspec.structs.replace(config, dsn=RedactedDsn(reserving_dsn(config.dsn, tag)))
 
 
-async def _start_peeker(config: DeploymentConfig, resources: dict[str, float] | None) -> Any:
+async def _start_peeker(config: DeploymentConfig, resources: dict[str, float] | None,
+                        generation: int = 0) -> Any:
     """Create the PeekerActor of ``config`` (on a node with ``resources``, when given) and
-    wait until it has started its receivers."""
+    wait until it has started its receivers. ``generation``: the restarts before it (a
+    recreated peeker keeps the deployment id, and the name of a lost one may linger)."""
     placement: dict[str, Any] = {"resources": dict(resources)} if resources else {}
+    name = f"peeker-{config.endpoint_name}-{config.deployment_id}"
     peeker = PeekerActor.options(
-        num_cpus=0, max_restarts=0, name=f"peeker-{config.endpoint_name}-{config.deployment_id}",
+        num_cpus=0, max_restarts=0, name=f"{name}-{generation}" if generation else name,
         **placement,
     ).remote(config)
     await peeker.start.remote()  # type: ignore[attr-defined]
@@ -213,9 +219,67 @@ async def _start_peeker(config: DeploymentConfig, resources: dict[str, float] | 
 
 
 def _some_live_node_has(resources: dict[str, float]) -> bool:
+    return bool(live_nodes(resources))
+
+
+class ResourcesUnavailable(EndpointRuntimeError):
+    """No live node of the Ray cluster (nor a node type the autoscaler may start) has the
+    custom resources a deployment's peeker or receivers ask for: they could never start."""
+
+
+def check_placement(settings: EndpointSettings,
+                    peeker_resources: dict[str, float] | None) -> None:
+    """Raise :class:`ResourcesUnavailable`, naming the resources, when the receivers'
+    ``receiver_resources`` or the peeker's resources fit no live node and no node type of
+    the autoscaler's configuration (read on the head, where ``ray up`` writes it)."""
     import ray
 
-    return any(
-        node.get("Alive") and all(node["Resources"].get(k, 0) >= v for k, v in resources.items())
-        for node in ray.nodes()  # type: ignore[no-untyped-call]
-    )
+    nodes = [node["Resources"] for node in ray.nodes()  # type: ignore[no-untyped-call]
+             if node.get("Alive")]
+    node_types = autoscaler_node_types()
+    for what, request in (("receiver_resources", settings.receiver_resources),
+                          ("peeker_resources", peeker_resources or {})):
+        problem = scaling.unsatisfiable(request, nodes, node_types)
+        if problem is not None:
+            raise ResourcesUnavailable(f"{what} {json.dumps(request)}: {problem}")
+
+
+async def deployment_settings(endpoint: Endpoint, settings: EndpointSettings | None = None,
+                              **overrides: Any) -> EndpointSettings:
+    """The settings a deployment of ``endpoint`` runs with: ``settings`` (default: the
+    endpoint's) with ``overrides`` applied, validated, the DSN resolved (an embedded server
+    started when none is configured) and wrapped so that its repr hides the password."""
+    endpoint.validate()
+    settings = settings or endpoint.settings
+    if overrides:
+        settings = replace_settings(settings, **overrides)
+    transport_settings = settings.transport
+    if transport_settings.schema != endpoint.address.schema:
+        # The queue, the delayed-message store and the outbox of an endpoint are placed
+        # when it is created; moving only some of them would split the endpoint.
+        raise ConfigurationError(
+            f"endpoint {endpoint.name!r} lives in schema {endpoint.address.schema!r}; "
+            f"a deployment cannot move it to {transport_settings.schema!r} (set the "
+            "schema in the Endpoint's own settings instead)"
+        )
+    # Its repr hides the password: the DSN travels in configs, to Ray actors, into reprs.
+    dsn = RedactedDsn(await asyncio.to_thread(resolve_dsn, transport_settings.dsn))
+    transport_settings = msgspec.structs.replace(transport_settings, dsn=dsn)
+    return msgspec.structs.replace(settings, transport=transport_settings)
+
+
+async def prepare_endpoint(endpoint: Endpoint, settings: EndpointSettings, *,
+                           install: bool = False) -> None:
+    """What a deployment needs in the database before its peeker starts: its queues and
+    tables (created with installers, or ``install``, as ``endpoint-runtime db install``
+    does; else checked), and, with ``auto_subscribe``, its subscriptions. Run it for every
+    endpoint before any starts, and the publishers among them find their subscribers."""
+    async with PostgresTransport.connect(settings.transport) as transport:
+        if install:
+            await installation.install(transport, endpoint, settings)
+        else:
+            await installation.prepare(transport, endpoint, settings)
+        if settings.auto_subscribe:  # events only; stored command subscriptions pruned
+            async with transport.pool.acquire() as connection:
+                await endpoint.subscribe_at_start(connection,
+                                                  subscription_store(settings.transport))

@@ -7,9 +7,10 @@ the handlers (the steps after it) in a business transaction on the unit's second
    duplicate blocks). Recorded: a duplicate; the steps after it do not run.
 2. BEGIN (isolation setting); the steps after it, with ``context.connection`` the business
    connection and every outgoing operation collected by the unit's dispatcher; store the record
-   with its operations; COMMIT. An optimistic duplicate that loses on the primary key rolls back
-   its business work here. A step that consumes the message (does not call ``next``) leaves a
-   record without operations: the message counts as processed and does not run again.
+   with its operations (and, when the handlers ran, the slot's committed count of the
+   message); COMMIT. An optimistic duplicate that loses on the primary key rolls back its
+   business work here. A step that consumes the message (does not call ``next``) leaves a
+   record without operations: the message is not run again.
 3. Dispatch, outside the business transaction: in the same round trip as the COMMIT, a second
    transaction on the business connection inserts the operations into their one queue and
    marks the record dispatched. Otherwise (several queues, delayed or large operations, a
@@ -71,20 +72,29 @@ class Collected(Protocol):
     pending_delayed: list[DelayedMessage]
 
 
+class Counts(Protocol):
+    """The receive slot's committed counts (``transactions.counting.SlotCounts``)."""
+
+    async def statement(self, connection: DatabaseConnection, *, processed: int = 0,
+                        failed: int = 0) -> str: ...
+
+
 class OutboxUnit(Unit):
     """What the outbox's receive provides: the receive connection (``executor``), the
     business connection, what the receive found out about the message id (``recorded``,
-    ``None``: nothing), and, once the steps ran, whether the dispatch went with the business
-    commit (``dispatched``)."""
+    ``None``: nothing), the slot's committed counts (a handled message is counted with its
+    record, so a redelivered one is not counted again), and, once the steps ran, whether the
+    dispatch went with the business commit (``dispatched``)."""
 
-    __slots__ = ("business", "dispatched", "recorded")
+    __slots__ = ("business", "counts", "dispatched", "recorded")
 
     def __init__(self, executor: Executor, dispatcher: OutgoingDispatcher,
                  connection: HandlerConnection, business: DatabaseConnection,
-                 recorded: bool | None) -> None:
+                 recorded: bool | None, counts: Counts | None = None) -> None:
         super().__init__(executor, dispatcher, connection)
         self.business = business
         self.recorded = recorded
+        self.counts = counts
         self.dispatched = False
 
 
@@ -159,7 +169,9 @@ class OutboxStep:
             # No operation: the record is stored dispatched, there is nothing to dispatch.
             dispatch = (await self._dispatch_statement(business, message_id, operations)
                         if operations else None)
-            then = "COMMIT" if dispatch is None else f"COMMIT; {dispatch}"
+            count = (await unit.counts.statement(business, processed=1)
+                     if unit.counts is not None and context.handlers_ran else "")
+            then = "; ".join(part for part in (count, "COMMIT", dispatch) if part)
             try:
                 await self.storage.record_and_commit(
                     business, message_id, encode_operations(operations), pessimistic=pessimistic,

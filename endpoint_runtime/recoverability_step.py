@@ -106,7 +106,7 @@ class RecoverabilityStep:
                 # A stop cut the handlers short and the row is gone: keep a copy, then stop.
                 # On the spare executor: the handlers may have left theirs mid-query.
                 self.failed(message, HandlerCancelledError())
-                await asyncio.shield(self.give_up(unit.spare, message))
+                unit.moved_to_error = await asyncio.shield(self.give_up(unit.spare, message))
             raise
         self._settle_later(unit, message)
 

@@ -51,7 +51,20 @@ log = structlog.get_logger("endpoint_runtime.peeker")
 
 MIN_CYCLE_SECONDS = 0.1
 STATUS_TIMEOUT_SECONDS = 10.0
+RECEIVER_START_TIMEOUT_SECONDS = 60.0
+"""How long a new receiver may take to be placed and started before the peeker gives up on
+it (and tries again at its next cycle)."""
 LEDGER_READ_TIMEOUT_SECONDS = 30.0
+
+
+class PeekerNotes(msgspec.Struct, frozen=True, kw_only=True):
+    """What a peeker tells its driver beside the :class:`DeploymentStatus`."""
+
+    unresponsive_receivers: list[str] = []
+    """Receivers that did not answer the last status call in time and are still counted
+    (a node lost: Ray declares it dead after some seconds, and the peeker replaces them)."""
+    replaced_by: str | None = None
+    """The deployment id of a new deployment that replaces this one (``submit --replace``)."""
 
 
 class Peeker:
@@ -69,6 +82,9 @@ class Peeker:
         self._wake = asyncio.Event()
         self._stopping = False
         self._replaced = 0
+        self._unresponsive: set[str] = set()
+        """Receivers whose last status call timed out (their node may be lost)."""
+        self._replaced_by: str | None = None
         self._lock = asyncio.Lock()
         self._loop_task: asyncio.Task[None] | None = None
         self._pool: asyncpg.Pool | None = None
@@ -171,7 +187,7 @@ class Peeker:
         cap = self.settings.transport.max_records_to_peek
         self._estimate = await receiving.peek(self._pool, self.config.address, cap)
         self._metrics.queue_length(self._estimate)
-        if self._halted:
+        if self._halted or self._replaced_by is not None:
             return  # the estimate stays current; nothing is started
         await self._refresh_statuses()
         busy = sum(h.last.in_flight for h in self._receivers if h.last)
@@ -210,6 +226,7 @@ class Peeker:
         )
         for handle, result in zip(list(self._receivers), results, strict=True):
             if isinstance(result, ReceiverStatus):
+                self._unresponsive.discard(handle.receiver_id)
                 handle.last = result
                 handle.doomed_version = version
                 if result.settled_doomed:
@@ -228,6 +245,8 @@ class Peeker:
                 self._replaced += 1
                 await self._count_deaths(handle, last_line(result))
             else:
+                if isinstance(result, TimeoutError):
+                    self._unresponsive.add(handle.receiver_id)
                 log.warning("receiver_status_failed", receiver=handle.receiver_id,
                             error=repr(result)[:200])
         self._critical_error_maybe_over()
@@ -277,20 +296,29 @@ class Peeker:
         new: list[ReceiverHandle] = []
         missing = wanted - len(self._receivers)
         if missing > 0:
-            nodes: list[str | None] = [None] * missing
-            if not self.settings.receiver_resources:
-                nodes = list(scaling.spread_over_nodes(
-                    await asyncio.to_thread(live_nodes), [h.node_id for h in self._receivers],
-                    missing))
-                nodes += [None] * (missing - len(nodes))
+            # Even over the live nodes that have the resources asked for (all, unpinned);
+            # when none has them, Ray places the receivers when one joins.
+            candidates = await asyncio.to_thread(live_nodes, self.settings.receiver_resources)
+            nodes: list[str | None] = list(scaling.spread_over_nodes(
+                candidates, [h.node_id for h in self._receivers], missing))
+            nodes += [None] * (missing - len(nodes))
             new = [launch_receiver(self.config, self.settings, node) for node in nodes]
         if new:
             version, doomed = self._deaths.version, self._deaths.snapshot() or None
             started = await asyncio.gather(
-                *(await_ref(h.actor.start.remote(doomed)) for h in new), return_exceptions=True
+                *(asyncio.wait_for(await_ref(h.actor.start.remote(doomed)),
+                                   RECEIVER_START_TIMEOUT_SECONDS) for h in new),
+                return_exceptions=True,
             )
             for handle, result in zip(new, started, strict=True):
-                if isinstance(result, BaseException):
+                if isinstance(result, TimeoutError):
+                    # Ray could not place it (its resources taken, its node gone): the next
+                    # cycle tries again, instead of this one waiting for ever.
+                    log.error("receiver_start_failed", receiver=handle.receiver_id,
+                              error=f"not started within {RECEIVER_START_TIMEOUT_SECONDS:g} s",
+                              resources=self.settings.receiver_resources)
+                    ray.kill(handle.actor, no_restart=True)
+                elif isinstance(result, BaseException):
                     log.error("receiver_start_failed", error=last_line(result),
                               cause=repr(getattr(result, "cause", None))[:2000])
                     ray.kill(handle.actor, no_restart=True)
@@ -371,6 +399,22 @@ class Peeker:
             retired_by_node=dict(self._retired_by_node),
         )
 
+    def notes(self) -> PeekerNotes:
+        """What the driver's status lines say beside the status."""
+        running = {h.receiver_id for h in self._receivers}
+        return PeekerNotes(unresponsive_receivers=sorted(self._unresponsive & running),
+                           replaced_by=self._replaced_by)
+
+    async def request_replacement(self, by: str) -> None:
+        """A new deployment of this endpoint (deployment id ``by``) runs (``submit
+        --replace``): stop receiving (the receivers finish what they hold and are retired;
+        none is started again) and tell the driver, which stops the deployment."""
+        if self._replaced_by is not None or self._stopping:
+            return
+        log.info("replacement_requested", by=by)
+        self._replaced_by = by
+        asyncio.get_running_loop().create_task(self._stop_receiving())
+
     def node_id(self) -> str:
         """The Ray node this peeker runs on."""
         return str(ray.get_runtime_context().get_node_id())
@@ -411,4 +455,4 @@ PeekerActor = ray.remote(Peeker)
 """Ray actor form of :class:`Peeker`."""
 
 # The deployment's description and status live in .deployment_status; named here too.
-__all__ = ["DeploymentConfig", "DeploymentStatus", "Peeker", "PeekerActor"]
+__all__ = ["DeploymentConfig", "DeploymentStatus", "Peeker", "PeekerActor", "PeekerNotes"]

@@ -3,14 +3,19 @@ the peeker uses to talk to them."""
 
 from __future__ import annotations
 
+import contextlib
 import uuid
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import ray
 import structlog
+import yaml  # type: ignore[import-untyped]  # Ray depends on PyYAML; no stubs here
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from endpoint_runtime.actors import scaling
 from endpoint_runtime.actors.deployment_status import DeploymentConfig
 from endpoint_runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
 from endpoint_runtime.settings import EndpointSettings
@@ -44,17 +49,18 @@ def launch_receiver(
         dsn=deployment.dsn,
         settings=settings,
         receiver_id=receiver_id,
+        deployment_id=deployment.deployment_id,  # its committed counts are kept under it
     )
-    # Placement: pinned to the nodes that have the custom resources asked for, or spread
-    # over the live nodes (``node_id``: the one with the fewest receivers). Hard affinity:
-    # Ray's soft affinity moved receivers to other nodes now and then; if the node is
-    # gone, the start fails and the next cycle places the receiver on a live node. Never
-    # restarted by Ray: the peeker replaces dead receivers itself.
+    # Placement: on ``node_id``, the live node (among those with the custom resources asked
+    # for, if any) with the fewest receivers; the resources are still requested, so Ray
+    # counts them. Hard affinity: Ray's soft affinity moved receivers to other nodes now and
+    # then; if the node is gone, the start fails and the next cycle places the receiver on a
+    # live node. Never restarted by Ray: the peeker replaces dead receivers itself.
     placement: dict[str, Any] = {"scheduling_strategy": "SPREAD"}
-    if settings.receiver_resources:
-        placement = {"resources": dict(settings.receiver_resources)}
-    elif node_id is not None:
+    if node_id is not None:
         placement = {"scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False)}
+    if settings.receiver_resources:
+        placement["resources"] = dict(settings.receiver_resources)
     actor = ReceiverActor.options(
         num_cpus=settings.receiver_num_cpus, max_restarts=0, **placement,
     ).remote(config)
@@ -62,10 +68,35 @@ def launch_receiver(
     return ReceiverHandle(receiver_id=receiver_id, actor=actor, node_id=node_id)
 
 
-def live_nodes() -> list[str]:
-    """Ids of the nodes Ray counts alive, in a stable order."""
+def live_nodes(resources: Mapping[str, float] | None = None) -> list[str]:
+    """Ids of the nodes Ray counts alive (with at least ``resources`` in all, when given),
+    in a stable order."""
     return sorted(node["NodeID"] for node in ray.nodes()  # type: ignore[no-untyped-call]
-                  if node.get("Alive"))
+                  if node.get("Alive") and scaling.has_resources(node["Resources"],
+                                                                 resources or {}))
+
+
+AUTOSCALER_CONFIG = Path("~/ray_bootstrap_config.yaml")
+"""Where ``ray up`` puts the autoscaler's configuration on the head (Ray Tune looks for it
+there too)."""
+
+
+def autoscaler_node_types(config: Path = AUTOSCALER_CONFIG) -> dict[str, dict[str, float]]:
+    """The resources each node type of the autoscaler's configuration declares
+    (``available_node_types.*.resources``); empty when this machine has no such file (not
+    the head of a ``ray up`` cluster) or it cannot be read. The local provider's node type
+    declares none: its nodes' resources are in their ``ray start`` commands."""
+    try:
+        document = yaml.safe_load(config.expanduser().read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    node_types = (document or {}).get("available_node_types") or {}
+    found: dict[str, dict[str, float]] = {}
+    for name, node_type in node_types.items():
+        resources = (node_type or {}).get("resources") or {}
+        with contextlib.suppress(TypeError, ValueError, AttributeError):
+            found[str(name)] = {str(k): float(v) for k, v in resources.items()}
+    return found
 
 
 def node_alive(node_id: str) -> bool:

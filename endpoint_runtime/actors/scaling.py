@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import msgspec
 
@@ -71,3 +71,38 @@ def spread_over_nodes(nodes: Sequence[str], placed: Iterable[str | None], count:
         load[node] += 1
         chosen.append(node)
     return chosen
+
+
+def has_resources(node: Mapping[str, float], request: Mapping[str, float]) -> bool:
+    """Whether a node with ``node`` resources in all could run an actor asking ``request``."""
+    return all(node.get(name, 0) >= amount for name, amount in request.items())
+
+
+def unsatisfiable(request: Mapping[str, float], nodes: Sequence[Mapping[str, float]],
+                  node_types: Mapping[str, Mapping[str, float]]) -> str | None:
+    """Why no live node (``nodes``: each one's total resources) and no node type the
+    autoscaler may start (``node_types``) can run an actor asking ``request``, naming the
+    resources; ``None`` when one can (or nothing is asked).
+
+    Example::
+
+        unsatisfiable({"nope": 1}, [{"CPU": 2}], {})
+        # "no live node has the resource 'nope' (live nodes have: CPU)"
+    """
+    if not request or any(has_resources(n, request) for n in [*nodes, *node_types.values()]):
+        return None
+    everywhere = [*nodes, *node_types.values()]
+    missing = sorted(name for name, amount in request.items()
+                     if not any(n.get(name, 0) >= amount for n in everywhere))
+    known = sorted({name for n in nodes for name in n
+                    if not name.startswith("node:") and "memory" not in name})
+    where = f"live nodes have: {', '.join(known) or 'nothing'}"
+    if node_types:
+        where += "; nor does any node type of the autoscaler's configuration"
+    if not missing:
+        return (f"no live node has all of {', '.join(sorted(request))} in these amounts "
+                f"({where})")
+    names = ", ".join(repr(name) for name in missing)
+    amounts = ", ".join(f"{name} >= {request[name]:g}" for name in missing)
+    return (f"no live node has the resource{'s' if len(missing) > 1 else ''} {names} "
+            f"(asked: {amounts}; {where})")

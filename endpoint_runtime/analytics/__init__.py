@@ -16,9 +16,11 @@ PySpark is an optional dependency (``pip install 'endpoint-runtime[report]'``): 
 package does not import it; :func:`run_report` does.
 
 Modules: ``options`` (what to report), ``prerequisites`` (Java, driver), ``jdbc`` (DSN to
-JDBC), ``session`` (Spark), ``sources`` (partitioned reads), ``minutes``, ``failures``,
-``conversations``, ``summary``, ``timeline`` (the aggregates), ``plots``, ``page`` (the
-output), ``job`` (the stages), ``progress``.
+JDBC), ``session`` (Spark), ``sources`` (partitioned reads, the xid horizon), ``extract``
+(the raw Parquet copy and its manifest), ``outputs`` (day partitions published by rename),
+``measures`` (KLL sketches), ``minutes``, ``failures``, ``conversations``, ``summary``,
+``timeline`` (the aggregates), ``plots``, ``units``, ``page``, ``rendering`` (the output),
+``registration`` (the horizon for retention), ``job`` (the stages), ``progress``.
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ __all__ = ["MissingPrerequisiteError", "ReportOptions", "parse_time", "run_repor
 
 
 def run_report(options: ReportOptions, spark: SparkSession | None = None) -> ReportResult:
-    """Run the report (see :func:`endpoint_runtime.analytics.job.run`)."""
-    from endpoint_runtime.analytics.job import run
+    """Run the report (see :func:`endpoint_runtime.analytics.job.run`); with
+    ``options.follow``, round after round until interrupted (:func:`~endpoint_runtime.
+    analytics.job.follow`)."""
+    from endpoint_runtime.analytics.job import follow, run
 
+    if options.follow is not None:
+        return follow(options, options.follow, spark)
     return run(options, spark)

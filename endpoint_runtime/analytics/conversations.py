@@ -5,10 +5,19 @@ audit copies' originating and processing endpoints; its latency is the critical 
 processed). A conversation is the audit copies sharing a conversation id: it starts with its
 first send and ends with its last processing end. Its initiating message is the earliest one
 that is related to no other (``related_to`` empty: sent from outside a handler), else the
-earliest one.
+earliest one. Audit copies without a processing end are left out (the report counts them).
+
+A conversation belongs to the day it started. An incremental run rewrites a day whole: it
+finds the conversations its new rows touch, the days they started on before and after them
+(:func:`touched_days`), and recomputes every conversation of those days from the extract's
+rows (:func:`conversations_of_days`): every row of a conversation that started on day d ended
+on d or later, so the conversations of d are found among the rows of those days.
 """
 
 from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import date, timedelta
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -16,41 +25,85 @@ from pyspark.sql import functions as F
 from endpoint_runtime.analytics.measures import (
     audit_endpoint,
     day,
+    merged,
     message_type,
-    percentiles,
+    quantiles,
     sending_endpoint,
-    spread,
+    sketch,
 )
 
 SLOWEST = 20
 EDGE_KEYS = ("sender", "receiver", "message_type")
 
 
-def flow_edges(audit: DataFrame, by_day: bool = False) -> DataFrame:
-    """Edges with their message count and critical time p50/p95/p99 (ms)."""
-    columns: list[Column | str] = [
-        sending_endpoint().alias("sender"), audit_endpoint().alias("receiver"),
-        message_type().alias("message_type"), "critical_time_ms", "processing_ended"]
-    keys = list(EDGE_KEYS)
-    if by_day:
-        columns.append(day("processing_ended"))
-        keys.insert(0, "day")
-    grouped = audit.select(*columns).groupBy(*keys).agg(
+def flow_edges(audit: DataFrame) -> DataFrame:
+    """Per day and edge: message count, critical time sketch and p50/p95/p99 (ms)."""
+    rows = audit.where(F.col("processing_ended").isNotNull()).select(
+        day("processing_ended"), sending_endpoint().alias("sender"),
+        audit_endpoint().alias("receiver"), message_type().alias("message_type"),
+        "critical_time_ms", "processing_ended")
+    keys = ["day", *EDGE_KEYS]
+    grouped = rows.groupBy(*keys).agg(
         F.count(F.lit(1)).alias("messages"),
-        percentiles("critical_time_ms", "latency_ms"),
+        sketch("critical_time_ms", "latency_sketch"),
         F.min("processing_ended").alias("first_seen"),
         F.max("processing_ended").alias("last_seen"),
     )
-    return grouped.select(*keys, "messages", *spread("latency_ms"), "first_seen", "last_seen")
+    return grouped.select(*keys, "messages", *quantiles("latency_sketch", "latency_ms"),
+                          "first_seen", "last_seen", "latency_sketch")
+
+
+def edges_overall(daily: DataFrame) -> DataFrame:
+    """The per-day edges merged over every day (the sketches merge)."""
+    keys = list(EDGE_KEYS)
+    grouped = daily.groupBy(*keys).agg(
+        F.sum("messages").alias("messages"), merged("latency_sketch"),
+        F.min("first_seen").alias("first_seen"), F.max("last_seen").alias("last_seen"))
+    return grouped.select(*keys, "messages", *quantiles("latency_sketch", "latency_ms"),
+                          "first_seen", "last_seen")
+
+
+def _sent() -> Column:
+    return F.coalesce(F.col("time_sent"), F.col("processing_started"),
+                      F.col("processing_ended"))
+
+
+def touched_days(old: DataFrame, new: DataFrame, new_errors: DataFrame) -> set[str]:
+    """The start days, before and after the new rows, of the conversations they touch."""
+    touched = (new.select("conversation_id").unionByName(new_errors.select("conversation_id"))
+               .where(F.col("conversation_id").isNotNull()).distinct())
+    rows = (old.withColumn("new", F.lit(False))
+            .unionByName(new.withColumn("new", F.lit(True)))
+            .where(F.col("processing_ended").isNotNull())
+            .join(F.broadcast(touched), "conversation_id", "left_semi"))
+    starts = rows.groupBy("conversation_id").agg(
+        F.min(_sent()).alias("now"), F.min(F.when(~F.col("new"), _sent())).alias("before"))
+    days = starts.select(F.explode(F.array(
+        F.date_format("now", "yyyy-MM-dd"), F.date_format("before", "yyyy-MM-dd"))).alias("d"))
+    return {row["d"] for row in days.where(F.col("d").isNotNull()).distinct().collect()}
+
+
+def conversations_of_days(audit: DataFrame, errors: DataFrame,
+                          days: Collection[str]) -> DataFrame:
+    """The conversations that started on ``days``, from every row of theirs."""
+    if not days:
+        return conversations(audit.limit(0), errors.limit(0))
+    earliest = (date.fromisoformat(min(days)) - timedelta(days=1)).isoformat()  # clock skew
+    candidates = (audit.where(F.col("day") >= earliest).select("conversation_id")
+                  .where(F.col("conversation_id").isNotNull()).distinct())
+    rows = audit.join(candidates, "conversation_id", "left_semi")
+    failed = errors.join(candidates, "conversation_id", "left_semi")
+    return conversations(rows, failed).where(F.col("day").isin(sorted(days)))
 
 
 def conversations(audit: DataFrame, errors: DataFrame) -> DataFrame:
     """One row per conversation id: start, end, duration, messages, endpoints, retries,
     failed messages, initiating type and endpoint; ``day`` is the day it started."""
-    sent = F.coalesce(F.col("time_sent"), F.col("processing_started"))
+    sent = _sent()
     first = F.struct(sent.alias("at"), message_type().alias("message_type"),
                      sending_endpoint().alias("sender"))
-    grouped = audit.where(F.col("conversation_id").isNotNull()).groupBy("conversation_id").agg(
+    grouped = audit.where(F.col("conversation_id").isNotNull()
+                          & F.col("processing_ended").isNotNull()).groupBy("conversation_id").agg(
         F.min(sent).alias("started"),
         F.max("processing_ended").alias("ended"),
         F.count(F.lit(1)).alias("messages"),
@@ -59,7 +112,8 @@ def conversations(audit: DataFrame, errors: DataFrame) -> DataFrame:
         F.min(F.when(F.col("related_to").isNull(), first)).alias("root"),
         F.min(first).alias("earliest"),
     )
-    failed = (errors.where(F.col("conversation_id").isNotNull()).groupBy("conversation_id")
+    failed = (errors.where(F.col("conversation_id").isNotNull()
+                           & F.col("time_of_failure").isNotNull()).groupBy("conversation_id")
               .agg(F.count(F.lit(1)).alias("failed")))
     joined = grouped.join(failed, "conversation_id", "left")
     initiator = F.coalesce(F.col("root"), F.col("earliest"))

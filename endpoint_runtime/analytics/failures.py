@@ -19,6 +19,7 @@ TYPES_SHOWN = 5
 
 
 def _failures(errors: DataFrame) -> DataFrame:
+    errors = errors.where(F.col("time_of_failure").isNotNull())
     first_line = F.substring(F.split(F.coalesce(F.col("exception_message"), F.lit("")),
                                      "\n", 2)[0], 1, MESSAGE_CHARS)
     return errors.select(
@@ -45,9 +46,16 @@ def exceptions_by_day(errors: DataFrame) -> DataFrame:
     return _summarise(failures, "day", "endpoint", "exception_type", "exception_message")
 
 
-def top_exceptions(errors: DataFrame, top: int = TOP) -> DataFrame:
-    """The ``top`` most frequent exceptions per endpoint over the whole window."""
-    summary = _summarise(_failures(errors), "endpoint", "exception_type", "exception_message")
+def top_exceptions(daily: DataFrame, top: int = TOP) -> DataFrame:
+    """The ``top`` most frequent exceptions per endpoint over every day of ``daily`` (the
+    rows of :func:`exceptions_by_day`)."""
+    summary = daily.groupBy("endpoint", "exception_type", "exception_message").agg(
+        F.sum("count").alias("count"),
+        F.min("first_seen").alias("first_seen"),
+        F.max("last_seen").alias("last_seen"),
+        F.slice(F.array_sort(F.array_distinct(F.flatten(F.collect_list("message_types")))),
+                1, TYPES_SHOWN).alias("message_types"),
+    )
     rank = F.row_number().over(Window.partitionBy("endpoint").orderBy(
         F.col("count").desc(), F.col("last_seen").desc(), F.col("exception_type")))
     return (summary.withColumn("rank", rank).where(F.col("rank") <= top)

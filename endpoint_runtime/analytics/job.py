@@ -1,62 +1,109 @@
-"""The report, stage by stage: start Spark, read, aggregate, write Parquet, draw, render.
+"""The report, stage by stage: start Spark, extract, aggregate, write Parquet, draw, render.
 
-Each stage ends with the Spark action that computes it, so the times in
-:attr:`ReportResult.timings` say where the time goes. The per-day aggregates go to Parquet
-(``minutes``, ``exceptions``, ``flow_edges``, ``conversations``, each partitioned by ``day``;
-a run replaces only the days it has data for, so runs with ``--since`` add days); the
-whole-window figures go to ``summary.json`` and the HTML page.
+Two kinds of run:
+
+- **incremental** (no ``--since``/``--until``): the rows new since the extract's horizon go
+  from the database to the raw extract (:mod:`~endpoint_runtime.analytics.extract`); the days
+  they touch are recomputed whole from the extract's rows and published by rename
+  (:mod:`~endpoint_runtime.analytics.outputs`); then the manifest moves the horizon. Run it
+  as often as you like into the same ``--out``: late rows are picked up by the next run.
+- **ad-hoc** (``--since``/``--until``): the window's rows are read from the database, every
+  table of ``--out`` is replaced, and no horizon is kept or moved.
+
+The page and ``summary.json`` are computed from the Parquet tables (the per-minute sketches
+merge), so they cover every day the output holds. Each stage ends with the Spark action that
+computes it, so the times in :attr:`ReportResult.timings` say where the time goes.
 """
 
 from __future__ import annotations
 
-import json
+import fcntl
+import math
 import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from endpoint_runtime.analytics import plots, session
-from endpoint_runtime.analytics.conversations import conversations, flow_edges, slowest
+from endpoint_runtime.analytics import extract, outputs, session
+from endpoint_runtime.analytics.conversations import (
+    conversations,
+    conversations_of_days,
+    edges_overall,
+    flow_edges,
+    slowest,
+    touched_days,
+)
 from endpoint_runtime.analytics.failures import exceptions_by_day, top_exceptions
 from endpoint_runtime.analytics.jdbc import jdbc_target
+from endpoint_runtime.analytics.measures import day
 from endpoint_runtime.analytics.minutes import minute_stats
 from endpoint_runtime.analytics.options import ReportOptions
-from endpoint_runtime.analytics.page import render
 from endpoint_runtime.analytics.prerequisites import check
 from endpoint_runtime.analytics.progress import Progress
-from endpoint_runtime.analytics.sources import AUDIT_LOG, ERROR_LOG, Reader
+from endpoint_runtime.analytics.rendering import render_report
+from endpoint_runtime.analytics.sources import AUDIT_LOG, ERROR_LOG, Reader, Table, XidRange
 from endpoint_runtime.analytics.summary import endpoint_summary
-from endpoint_runtime.analytics.timeline import bucket_seconds, by_endpoint, filled
+from endpoint_runtime.analytics.timeline import Point, bucket_seconds, by_endpoint, filled, point
+from endpoint_runtime.errors import ConfigurationError
 
 STAGES = 8
-TITLE = "endpoint-runtime report"
+TABLES = ("minutes", "exceptions", "flow_edges", "conversations")
+NULLABLE_TIMES = {"audit_log": ("time_sent", "processing_started", "processing_ended"),
+                  "error_log": ("time_sent", "time_of_failure")}
+"""Timestamp columns whose NULLs are counted (a row without its table's time is skipped)."""
+ROWS_PER_SHUFFLE_PARTITION = 500_000
+MAX_SHUFFLE_PARTITIONS = 400
 Row = dict[str, Any]
 
 
 @dataclass
 class ReportResult:
-    """Where a report went and what it found (the whole-window figures as plain rows)."""
+    """Where a report went and what it found (the figures of the page as plain rows)."""
 
     out: Path
     html: Path
     parquet: Path
     plots: dict[str, Path]
     audit_rows: int
+    """Audit rows read from the database by this run."""
     error_rows: int
     read_partitions: dict[str, int]
     timings: dict[str, float]
+    incremental: bool = True
+    horizon: int | None = None
+    """The extract's horizon after the run (``None``: ad-hoc)."""
+    days: list[str] = field(default_factory=list)
+    """The days this run (re)computed."""
+    null_counts: dict[str, int] = field(default_factory=dict)
+    """Rows with a NULL timestamp, per ``table.column`` (cumulative for an extract)."""
     summary: list[Row] = field(default_factory=list)
     exceptions: list[Row] = field(default_factory=list)
     edges: list[Row] = field(default_factory=list)
     slowest: list[Row] = field(default_factory=list)
-    timeline: dict[str, list[tuple[datetime, float, float]]] = field(default_factory=dict)
-    """Per endpoint: (bucket start, messages per second, failure rate)."""
+    timeline: dict[str, list[Point]] = field(default_factory=dict)
     bucket_seconds: int = 60
+    window: tuple[datetime, datetime] | None = None
+    """First and last minute in the output."""
+
+
+@dataclass
+class Inputs:
+    """The rows a run aggregates: every row (``audit``, ``errors``) and, in an incremental
+    run, which of them are new (``None``: recompute everything)."""
+
+    audit: DataFrame
+    errors: DataFrame
+    old_audit: DataFrame | None = None
+    new_audit: DataFrame | None = None
+    new_errors: DataFrame | None = None
 
 
 def utc(value: Any) -> Any:
@@ -65,24 +112,26 @@ def utc(value: Any) -> Any:
 
 
 def _rows(frame: DataFrame) -> list[Row]:
-    return [{key: utc(value) for key, value in row.asDict(recursive=True).items()}
-            for row in frame.collect()]
+    return [{key: utc(value) for key, value in row.asDict(recursive=True).items()
+             if not key.endswith("_sketch")} for row in frame.collect()]
 
 
 def _partitions(count: int) -> str:
     return "not read" if count == 0 else f"{count} read partition{'s' if count > 1 else ''}"
 
 
-def _write(frame: DataFrame, path: Path) -> None:
-    (frame.write.mode("overwrite").option("partitionOverwriteMode", "dynamic")
-     .partitionBy("day").parquet(str(path)))
-
-
-def _window(options: ReportOptions) -> str:
-    def show(moment: datetime | None, default: str) -> str:
-        return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else default
-
-    return f"from {show(options.since, 'the first row')} until {show(options.until, 'now')}"
+@contextmanager
+def _exclusive(out: Path, progress: Progress) -> Iterator[None]:
+    """One writer per output directory at a time: a nightly run and a round of ``--follow``
+    wait for each other, they never interleave."""
+    out.mkdir(parents=True, exist_ok=True)
+    with (out / ".report.lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            progress.say(f"waiting for another report writing to {out}")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def run(options: ReportOptions, spark: SparkSession | None = None,
@@ -94,94 +143,248 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
     prerequisites = check(target.unix_socket)
     progress = progress or Progress(total=STAGES)
     out = options.out.resolve()
-    parquet = out / "parquet"
-    with progress.stage("spark", "starting Spark"):
-        spark = spark or session.start(options.master, prerequisites)
-    reader = Reader(spark, target, options.schema, options.since, options.until,
-                    options.partitions)
+    with _exclusive(out, progress):
+        with progress.stage("spark", "starting Spark"):
+            spark = spark or session.start(options.master, prerequisites, options.conf)
+        address = session.ui_address(spark)
+        if address:
+            progress.say(f"Spark UI: {address}")
+        reader = Reader(spark, target, options.schema, options.since, options.until,
+                        options.partitions)
+        result = ReportResult(out=out, html=out / "report.html", parquet=out / "parquet",
+                              plots={}, audit_rows=0, error_rows=0, read_partitions={},
+                              timings=progress.timings, incremental=not options.ad_hoc)
+        if options.ad_hoc:
+            inputs, publish_days, conversation_days = _ad_hoc(reader, result, progress)
+            manifest = None
+        else:
+            manifest, inputs, publish_days, conversation_days = _incremental(
+                spark, reader, result, progress)
+        _size_shuffles(spark, options, result)
+        _aggregate(inputs, result, publish_days, conversation_days, progress)
+        if manifest is not None:
+            dropped: list[str] = []
+            if options.keep_days is not None:
+                manifest, dropped = extract.expired(manifest, _cutoff(options.keep_days))
+            extract.save(out / "extract", manifest)
+            _expire(out, dropped, options.keep_days)
+            result.horizon = manifest.horizon
+            from endpoint_runtime.analytics.registration import register_horizon
+
+            register_horizon(options, out, manifest.horizon, progress)
+        with progress.stage("summary", "page figures from the Parquet tables"):
+            if options.render:
+                page_figures(spark, result)
+        with progress.stage("render", "plots and HTML"):
+            if options.render:
+                render_report(options, result)
+    return result
+
+
+def _cutoff(keep_days: int) -> str:
+    return (datetime.now(UTC).date() - timedelta(days=keep_days)).isoformat()
+
+
+def _expire(out: Path, dropped: list[str], keep_days: int | None) -> None:
+    """Retention of the extract (files already out of the manifest) and of the tables."""
+    for name in dropped:
+        (out / "extract" / name).unlink(missing_ok=True)
+    if keep_days is None:
+        return
+    cutoff = _cutoff(keep_days)
+    for name in TABLES:
+        for folder in (out / "parquet" / name).glob("day=*"):
+            if folder.name.removeprefix("day=") < cutoff:
+                shutil.rmtree(folder)
+
+
+def follow(options: ReportOptions, interval: float, spark: SparkSession | None = None,
+           rounds: int | None = None,
+           after_round: Callable[[ReportResult], None] | None = None) -> ReportResult:
+    """``--follow``: incremental runs every ``interval`` seconds in one warm Spark session
+    (micro-batches over the extract), until interrupted or ``rounds`` have run; each round
+    publishes the days it touched and moves the horizon like a nightly run."""
+    if options.ad_hoc:
+        raise ConfigurationError("--follow keeps a horizon: it takes no --since/--until")
+    done = 0
+    while True:
+        started = time.monotonic()
+        result = run(options, spark)
+        spark = spark or SparkSession.getActiveSession()
+        done += 1
+        if after_round is not None:
+            after_round(result)
+        if rounds is not None and done >= rounds:
+            return result
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+
+def _ad_hoc(reader: Reader, result: ReportResult,
+            progress: Progress) -> tuple[Inputs, None, None]:
+    if (result.out / "extract" / extract.MANIFEST).exists():
+        raise ConfigurationError(
+            f"{result.out} holds an incremental report (its extract): an ad-hoc report with "
+            f"--since/--until goes to another --out")
     with progress.stage("read", "reading audit_log and error_log over JDBC"):
         present = reader.existing(AUDIT_LOG, ERROR_LOG)
         audit = reader.read(AUDIT_LOG, AUDIT_LOG.name in present)
         errors = reader.read(ERROR_LOG, ERROR_LOG.name in present)
-    progress.say(f"{audit.rows:,} audit rows ({_partitions(audit.partitions)}), "
-                 f"{errors.rows:,} failed messages ({_partitions(errors.partitions)})")
-    result = ReportResult(
-        out=out, html=out / "report.html", parquet=parquet, plots={},
-        audit_rows=audit.rows, error_rows=errors.rows,
-        read_partitions={"audit_log": audit.partitions, "error_log": errors.partitions},
-        timings=progress.timings)
+    _say_read(progress, result, audit.rows, audit.partitions, errors.rows, errors.partitions)
+    audit_frame = audit.frame.withColumn("day", day("processing_ended"))
+    error_frame = errors.frame.withColumn("day", day("time_of_failure"))
+    result.null_counts = _survey_rows(audit_frame, error_frame)[1]
+    return Inputs(audit=audit_frame, errors=error_frame), None, None
 
+
+def _say_read(progress: Progress, result: ReportResult, audit_rows: int, audit_parts: int,
+              error_rows: int, error_parts: int) -> None:
+    result.audit_rows, result.error_rows = audit_rows, error_rows
+    result.read_partitions = {"audit_log": audit_parts, "error_log": error_parts}
+    progress.say(f"{audit_rows:,} audit rows ({_partitions(audit_parts)}), "
+                 f"{error_rows:,} failed messages ({_partitions(error_parts)})")
+
+
+def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
+                 progress: Progress) -> tuple[extract.Manifest, Inputs, set[str] | None,
+                                              set[str] | None]:
+    root = result.out / "extract"
+    if not root.exists() and result.parquet.exists():
+        # Written by a version without the extract: rebuilt, the old tables kept aside.
+        aside = result.out / f"parquet-before-extract-{datetime.now(UTC):%Y%m%dT%H%M%S}"
+        result.parquet.rename(aside)
+        progress.say(f"{result.parquet} predates the extract: moved to {aside}, rebuilt")
+    root.mkdir(parents=True, exist_ok=True)
+    manifest = extract.load(root)
+    first = not any(manifest.files.values())
+    extract.remove_unlisted(root, manifest)
+    run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    with progress.stage("read", "new rows of audit_log and error_log to the extract"):
+        present, with_xid, horizon = reader.survey(AUDIT_LOG, ERROR_LOG)
+        for table in (AUDIT_LOG, ERROR_LOG):
+            if table.name in present and table.name not in with_xid:
+                raise ConfigurationError(
+                    f"{reader.qualified(table)} has no ingest_xid column (made by an older "
+                    f"version): start ingestion once (it adds the column), then report")
+        xids = XidRange(manifest.horizon, horizon)
+        new_files: dict[str, list[str]] = {}
+        counts = []
+        for table, name in ((AUDIT_LOG, "audit"), (ERROR_LOG, "errors")):
+            source = reader.read_new(table, xids, table.name in present)
+            counts.append((source.rows, source.partitions))
+            new_files[name] = [] if source.rows == 0 else extract.append(
+                source.frame.withColumn("day", day(table.time_column)), root, name, run_id)
+    _say_read(progress, result, counts[0][0], counts[0][1], counts[1][0], counts[1][1])
+
+    def frame(table: Table, name: str, files: list[str]) -> DataFrame:
+        return extract.read(spark, root, name, table.schema, files)
+
+    old_audit = frame(AUDIT_LOG, "audit", manifest.files["audit"])
+    old_errors = frame(ERROR_LOG, "errors", manifest.files["errors"])
+    new_audit = frame(AUDIT_LOG, "audit", new_files["audit"])
+    new_errors = frame(ERROR_LOG, "errors", new_files["errors"])
+    days, new_nulls = _survey_rows(new_audit, new_errors) if any(new_files.values()) else (
+        set(), {})
+    manifest = manifest.advanced(horizon, new_files, new_nulls)
+    result.null_counts = dict(manifest.null_counts)
+    inputs = Inputs(audit=old_audit.unionByName(new_audit),
+                    errors=old_errors.unionByName(new_errors), old_audit=old_audit,
+                    new_audit=new_audit, new_errors=new_errors)
+    if first:
+        return manifest, inputs, None, None  # the first rows: everything is new
+    conversation_days = touched_days(old_audit, new_audit, new_errors) if days else set()
+    return manifest, inputs, days, conversation_days
+
+
+def _survey_rows(audit: DataFrame, errors: DataFrame) -> tuple[set[str], dict[str, int]]:
+    """The days the rows fall on, and how many have a NULL in each timestamp column (one
+    aggregation per table)."""
+    days: set[str] = set()
+    counts: dict[str, int] = {}
+    for table, frame in (("audit_log", audit), ("error_log", errors)):
+        columns = NULLABLE_TIMES[table]
+        for row in frame.groupBy("day").agg(*(F.count(F.when(F.col(c).isNull(), True)).alias(c)
+                                              for c in columns)).collect():
+            if row["day"] is not None:
+                days.add(row["day"])
+            for column in columns:
+                if row[column]:
+                    key = f"{table}.{column}"
+                    counts[key] = counts.get(key, 0) + int(row[column])
+    return days, counts
+
+
+def _size_shuffles(spark: SparkSession, options: ReportOptions, result: ReportResult) -> None:
+    """Shuffle partitions from the input: one per 500,000 rows, at least one per core
+    (adaptive execution coalesces small ones), unless ``--conf`` set them."""
+    if any(key == "spark.sql.shuffle.partitions" for key, _ in options.conf):
+        return
+    rows = result.audit_rows + result.error_rows
+    cores = spark.sparkContext.defaultParallelism
+    partitions = max(cores, min(MAX_SHUFFLE_PARTITIONS,
+                                math.ceil(rows / ROWS_PER_SHUFFLE_PARTITION)))
+    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+
+
+def _only(frame: DataFrame, days: set[str] | None) -> DataFrame:
+    return frame if days is None else frame.where(F.col("day").isin(sorted(days)))
+
+
+def _aggregate(inputs: Inputs, result: ReportResult, days: set[str] | None,
+               conversation_days: set[str] | None, progress: Progress) -> None:
+    parquet = result.parquet
+    audit = _only(inputs.audit, days)
+    errors = _only(inputs.errors, days)
+    written: set[str] = set()
     with progress.stage("minutes", "per endpoint, message type and minute"):
-        minutes = minute_stats(audit.frame, errors.frame).persist(StorageLevel.MEMORY_AND_DISK)
-        _write(minutes, parquet / "minutes")
-        first, last = minutes.agg(F.min("minute"), F.max("minute")).first() or (None, None)
-        if first is not None and last is not None:
-            result.bucket_seconds = bucket_seconds(first, last)
+        written.update(outputs.publish(minute_stats(audit, errors), parquet / "minutes", days))
+    with progress.stage("exceptions", "exceptions per endpoint and day"):
+        written.update(outputs.publish(exceptions_by_day(errors), parquet / "exceptions", days))
+    with progress.stage("flow", "conversation flow graph per day"):
+        written.update(outputs.publish(flow_edges(audit), parquet / "flow_edges", days))
+    with progress.stage("conversations", "conversations end to end"):
+        rows = conversations(inputs.audit, inputs.errors) if conversation_days is None else \
+            conversations_of_days(inputs.audit, inputs.errors, conversation_days)
+        written.update(outputs.publish(rows, parquet / "conversations", conversation_days))
+    result.days = sorted(written | (days or set()) | (conversation_days or set()))
+
+
+def page_figures(spark: SparkSession, result: ReportResult) -> None:
+    """The page's figures from the Parquet tables: every day the output holds."""
+    tables = {name: outputs.read(spark, result.parquet / name) for name in TABLES}
+    minutes = tables["minutes"]
+    if minutes is None:
+        return
+    minutes = minutes.cache()
+    first, last = minutes.agg(F.min("minute"), F.max("minute")).first() or (None, None)
+    if first is not None and last is not None:
+        result.window = (utc(first), utc(last))
+        result.bucket_seconds = bucket_seconds(first, last)
         for row in by_endpoint(minutes, result.bucket_seconds).collect():
             result.timeline.setdefault(row["endpoint"], []).append(
-                (utc(row["bucket"]), float(row["per_second"]), float(row["failure_rate"])))
-        if result.timeline:
-            buckets = [moment for points in result.timeline.values() for moment, _, _ in points]
-            result.timeline = {
-                name: filled(points, min(buckets), max(buckets), result.bucket_seconds)
-                for name, points in result.timeline.items()}
-    with progress.stage("exceptions", "top exceptions per endpoint"):
-        _write(exceptions_by_day(errors.frame), parquet / "exceptions")
-        result.exceptions = _rows(top_exceptions(errors.frame))
-    with progress.stage("flow", "conversation flow graph"):
-        _write(flow_edges(audit.frame, by_day=True), parquet / "flow_edges")
-        result.edges = _rows(flow_edges(audit.frame).orderBy(
+                point(row.asDict(), utc(row["bucket"])))
+        buckets = [p.bucket for points in result.timeline.values() for p in points]
+        result.timeline = {name: filled(points, min(buckets), max(buckets),
+                                        result.bucket_seconds)
+                           for name, points in result.timeline.items()}
+    result.summary = _rows(endpoint_summary(minutes))
+    minutes.unpersist()
+    if tables["exceptions"] is not None:
+        result.exceptions = _rows(top_exceptions(tables["exceptions"]))
+    if tables["flow_edges"] is not None:
+        result.edges = _rows(edges_overall(tables["flow_edges"]).orderBy(
             F.col("messages").desc(), "sender", "receiver", "message_type"))
-    with progress.stage("conversations", "conversations end to end"):
-        conversation_rows = conversations(audit.frame, errors.frame).persist(
-            StorageLevel.MEMORY_AND_DISK)
-        _write(conversation_rows, parquet / "conversations")
-        result.slowest = _rows(slowest(conversation_rows))
-    with progress.stage("summary", "per endpoint and message type"):
-        result.summary = _rows(endpoint_summary(audit.frame, errors.frame))
-    for frame in (minutes, conversation_rows, audit.frame, errors.frame):
-        frame.unpersist()
-    with progress.stage("render", "plots and HTML"):
-        _render(options, result)
-    return result
+    if tables["conversations"] is not None:
+        result.slowest = _rows(slowest(tables["conversations"]))
 
 
-def _render(options: ReportOptions, result: ReportResult) -> None:
-    directory = result.out / "plots"
-    if directory.exists():
-        shutil.rmtree(directory)
-    bucket = f"{result.bucket_seconds // 60} min" if result.bucket_seconds < 3600 \
-        else f"{result.bucket_seconds // 3600} h"
-    throughput = {name: [(t, v) for t, v, _ in points]
-                  for name, points in result.timeline.items()}
-    failures = {name: [(t, f) for t, _, f in points] for name, points in result.timeline.items()}
-    result.plots = {
-        f"Throughput per endpoint (messages/s, {bucket} buckets)": plots.time_series(
-            throughput, directory / "throughput.png",
-            f"Throughput per endpoint (messages/s, {bucket} buckets)", "messages per second"),
-        f"Failure rate per endpoint ({bucket} buckets)": plots.time_series(
-            failures, directory / "failures.png",
-            f"Failure rate per endpoint ({bucket} buckets)", "failed / (processed + failed), %",
-            percent=True),
-        "Latency percentiles per endpoint": plots.latency(result.summary,
-                                                          directory / "latency.png"),
-        "Conversation flow": plots.flow_graph(result.edges, directory / "flow.png"),
-    }
-    window = _window(options)
-    facts = [("window", window), ("audit rows read", f"{result.audit_rows:,}"),
-             ("failed messages read", f"{result.error_rows:,}"),
-             ("Parquet (partitioned by day)", str(result.parquet))]
-    result.html.parent.mkdir(parents=True, exist_ok=True)
-    result.html.write_text(render(
-        title=TITLE, window=window, generated=datetime.now(UTC), facts=facts,
-        summary=result.summary, exceptions=result.exceptions, edges=result.edges[:100],
-        slowest=result.slowest,
-        plots={caption: str(path.relative_to(result.out))
-               for caption, path in result.plots.items()},
-    ), encoding="utf-8")
-    summary = {"window": window, "audit_rows": result.audit_rows,
-               "error_rows": result.error_rows, "endpoints": result.summary,
-               "exceptions": result.exceptions, "edges": result.edges,
-               "slowest_conversations": result.slowest}
-    (result.out / "summary.json").write_text(json.dumps(summary, indent=1, default=str),
-                                             encoding="utf-8")
+def describe_window(result: ReportResult, options: ReportOptions) -> str:
+    def show(moment: datetime | None, default: str) -> str:
+        return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else default
+
+    if options.ad_hoc:
+        return (f"from {show(options.since, 'the first row')} "
+                f"until {show(options.until, 'now')}")
+    if result.window is None:
+        return "no data yet"
+    return f"every minute the output holds: {show(result.window[0], '')} to " \
+           f"{show(result.window[1], '')}"

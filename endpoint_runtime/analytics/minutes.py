@@ -1,9 +1,12 @@
 """Per endpoint, message type and minute: how many processed and failed, throughput,
-processing and critical time percentiles, retries and the failure rate.
+processing time, critical time and queue wait (sketches and their p50/p95/p99), retries and
+the failure rate.
 
 A processed message is an audit copy, counted in the minute its processing ended; a failed
 one is a row of ``error_log`` (a message that reached the error queue), counted in the minute
-of its failure. The failure rate is ``failed / (processed + failed)``.
+of its failure. Rows without that time are left out (the report counts them). The failure
+rate is ``failed / (processed + failed)``. The sketches merge: any period's percentiles come
+from these rows (:mod:`endpoint_runtime.analytics.summary`).
 """
 
 from __future__ import annotations
@@ -12,36 +15,36 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from endpoint_runtime.analytics.measures import (
+    MEASURES,
     audit_endpoint,
     day,
+    duration_quantiles,
+    duration_sketches,
     failed_endpoint,
     message_type,
-    percentiles,
-    spread,
 )
 
 KEYS = ("minute", "endpoint", "message_type")
 
 
 def processed_by_minute(audit: DataFrame) -> DataFrame:
-    rows = audit.select(
+    rows = audit.where(F.col("processing_ended").isNotNull()).select(
         F.date_trunc("minute", F.col("processing_ended")).alias("minute"),
         audit_endpoint().alias("endpoint"), message_type().alias("message_type"),
-        "processing_time_ms", "critical_time_ms", "retries",
+        "processing_time_ms", "critical_time_ms", "retries", "processing_ended",
     )
-    grouped = rows.groupBy(*KEYS).agg(
+    return rows.groupBy(*KEYS).agg(
         F.count(F.lit(1)).alias("processed"),
-        percentiles("processing_time_ms", "processing_ms"),
-        percentiles("critical_time_ms", "critical_ms"),
+        *duration_sketches(),
         F.sum("retries").alias("retries"),
         F.count(F.when(F.col("retries") > 0, True)).alias("retried"),
+        F.min("processing_ended").alias("first_ended"),
+        F.max("processing_ended").alias("last_ended"),
     )
-    return grouped.select(*KEYS, "processed", *spread("processing_ms"), *spread("critical_ms"),
-                          "retries", "retried")
 
 
 def failed_by_minute(errors: DataFrame) -> DataFrame:
-    rows = errors.select(
+    rows = errors.where(F.col("time_of_failure").isNotNull()).select(
         F.date_trunc("minute", F.col("time_of_failure")).alias("minute"),
         failed_endpoint().alias("endpoint"), message_type().alias("message_type"),
     )
@@ -58,10 +61,11 @@ def minute_stats(audit: DataFrame, errors: DataFrame) -> DataFrame:
         day("minute"), *KEYS,
         processed.alias("processed"),
         (processed / F.lit(60.0)).alias("per_second"),
-        "processing_ms_p50", "processing_ms_p95", "processing_ms_p99",
-        "critical_ms_p50", "critical_ms_p95", "critical_ms_p99",
+        *duration_quantiles(),
         F.coalesce(F.col("retries"), F.lit(0)).cast("long").alias("retries"),
         F.coalesce(F.col("retried"), F.lit(0)).cast("long").alias("retried"),
         failed.alias("failed"),
         (failed / (processed + failed)).alias("failure_rate"),
+        "first_ended", "last_ended",
+        *(name for name, _ in MEASURES),
     )

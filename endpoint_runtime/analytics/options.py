@@ -36,13 +36,27 @@ class ReportOptions:
     out: Path = DEFAULT_OUT
     partitions: int | None = None
     """JDBC read partitions per table; ``None``: from the row count and the cores."""
+    conf: tuple[tuple[str, str], ...] = ()
+    """Spark settings (``--conf key=value``), over the defaults."""
+    render: bool = True
+    """Compute the page's figures, draw the plots and write the page (the tests of the
+    tables skip it)."""
+    follow: float | None = None
+    """``--follow``: seconds between incremental rounds in one Spark session."""
+    keep_days: int | None = None
+    """``--keep-days``: the extract and the tables keep this many days (``None``: all)."""
+
+    @property
+    def ad_hoc(self) -> bool:
+        """A window given: read it from the database, keep and move no horizon."""
+        return self.since is not None or self.until is not None
 
     def __repr__(self) -> str:
         from endpoint_runtime.embedded import redact_dsn
 
         return (f"ReportOptions(dsn={redact_dsn(self.dsn)!r}, schema={self.schema!r}, "
                 f"since={self.since}, until={self.until}, master={self.master!r}, "
-                f"out={str(self.out)!r}, partitions={self.partitions})")
+                f"out={str(self.out)!r}, partitions={self.partitions}, conf={self.conf!r})")
 
 
 def parse_time(text: str, now: datetime | None = None) -> datetime:
@@ -65,12 +79,30 @@ def parse_time(text: str, now: datetime | None = None) -> datetime:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def spark_setting(text: str) -> tuple[str, str]:
+    """``key=value`` of ``--conf``."""
+    key, equals, value = text.partition("=")
+    if not equals or not key.strip():
+        raise argparse.ArgumentTypeError(f"not key=value: {text!r}")
+    return key.strip(), value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--since``, ``--until``, ``--master``, ``--out``, ``--partitions``."""
+    """``--since``, ``--until``, ``--master``, ``--conf``, ``--out``, ``--partitions``."""
     parser.add_argument("--since", type=parse_time, default=None, metavar="T",
-                        help="only data from T on (2026-11-23, 2026-11-23T08:00, or 6h, 7d ago)")
+                        help="ad-hoc report: only data from T on (2026-11-23, "
+                        "2026-11-23T08:00, or 6h, 7d ago); keeps and moves no horizon")
     parser.add_argument("--until", type=parse_time, default=None, metavar="T",
-                        help="only data before T (same forms as --since)")
+                        help="ad-hoc report: only data before T (same forms as --since)")
+    parser.add_argument("--follow", type=float, nargs="?", const=60.0, default=None,
+                        metavar="SECONDS", help="keep the output current: an incremental "
+                        "round every SECONDS (default 60) in one Spark session, until Ctrl-C")
+    parser.add_argument("--keep-days", type=positive_int, default=None, metavar="N",
+                        help="retention of the extract and the tables: days older than N "
+                        "days before today (UTC) are deleted (default: kept)")
+    parser.add_argument("--conf", type=spark_setting, action="append", default=[],
+                        metavar="KEY=VALUE", help="a Spark setting, e.g. "
+                        "spark.sql.shuffle.partitions=64 or spark.ui.enabled=true (repeat)")
     parser.add_argument("--master", default=None, metavar="URL",
                         help="Spark master: local[*] (default), local[N], spark://host:7077")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
@@ -82,5 +114,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def options_from(args: argparse.Namespace, dsn: str, schema: str) -> ReportOptions:
     if args.since and args.until and args.since >= args.until:
         raise argparse.ArgumentTypeError("--since must be before --until")
+    if args.follow is not None and (args.since or args.until):
+        raise argparse.ArgumentTypeError("--follow keeps a horizon: no --since/--until")
+    if args.follow is not None and args.follow <= 0:
+        raise argparse.ArgumentTypeError("--follow takes a positive number of seconds")
     return ReportOptions(dsn=dsn, schema=schema, since=args.since, until=args.until,
-                         master=args.master, out=args.out, partitions=args.partitions)
+                         master=args.master, out=args.out, partitions=args.partitions,
+                         conf=tuple(args.conf), follow=args.follow,
+                         keep_days=args.keep_days)

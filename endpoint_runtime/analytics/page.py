@@ -5,9 +5,12 @@ escaped: endpoint names and exception messages come from the wire."""
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
+
+from endpoint_runtime.analytics.units import duration, rate
 
 Row = Mapping[str, Any]
 STYLE = """
@@ -23,8 +26,17 @@ img { max-width: 100%; border: 1px solid #eee; margin: .5em 0; }
 """
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+
+
 def esc(value: object) -> str:
-    return html.escape("" if value is None else str(value))
+    """Text from the data as HTML: escaped, control characters shown as ``\\xNN``."""
+    text = "" if value is None else str(value)
+    return html.escape(_CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text))
+
+
+def ms(value: object) -> str:
+    return "-" if value is None else duration(float(value))  # type: ignore[arg-type]
 
 
 def number(value: object, digits: int = 1) -> str:
@@ -72,13 +84,14 @@ def summary_table(rows: Sequence[Row]) -> str:
             esc(row["endpoint"]) if total else "",
             "all types" if total else esc(row["message_type"]),
             number(row["processed"]), number(row["failed"]), percent(row["failure_rate"]),
-            number(row["per_second"], 2), number(row["retries"]),
-            *(number(row[f"processing_ms_{p}"]) for p in ("p50", "p95", "p99")),
-            *(number(row[f"critical_ms_{p}"]) for p in ("p50", "p95", "p99")),
+            esc(rate(float(row["per_second"] or 0.0))), number(row["retries"]),
+            *(ms(row[f"processing_ms_{p}"]) for p in ("p50", "p95", "p99")),
+            *(ms(row[f"critical_ms_{p}"]) for p in ("p50", "p95", "p99")),
+            ms(row.get("wait_ms_p95")),
         ])
-    return table(["endpoint", "message type", "processed", "failed", "failure rate", "msg/s",
-                  "retries", "proc p50", "proc p95", "proc p99", "crit p50", "crit p95",
-                  "crit p99"], cells, text_columns=2, classes=classes)
+    return table(["endpoint", "message type", "processed", "failed", "failure rate",
+                  "throughput", "retries", "proc p50", "proc p95", "proc p99", "crit p50",
+                  "crit p95", "crit p99", "wait p95"], cells, text_columns=2, classes=classes)
 
 
 def render(*, title: str, window: str, generated: datetime, facts: Sequence[tuple[str, str]],
@@ -93,11 +106,11 @@ def render(*, title: str, window: str, generated: datetime, facts: Sequence[tupl
                        number(r["count"]), moment(r["first_seen"]), moment(r["last_seen"]),
                        esc(", ".join(r["message_types"] or []))] for r in exceptions]
     edge_rows = [[esc(r["sender"]), esc(r["receiver"]), esc(r["message_type"]),
-                  number(r["messages"]), number(r["latency_ms_p50"]),
-                  number(r["latency_ms_p95"]), number(r["latency_ms_p99"])] for r in edges]
+                  number(r["messages"]), ms(r["latency_ms_p50"]),
+                  ms(r["latency_ms_p95"]), ms(r["latency_ms_p99"])] for r in edges]
     conversation_rows = [[esc(r["conversation_id"]), esc(r["initiating_type"]),
                           esc(r["initiating_endpoint"]), moment(r["started"]),
-                          number(float(r["duration_ms"]) / 1000.0, 2), number(r["messages"]),
+                          ms(r["duration_ms"]), number(r["messages"]),
                           number(r["retries"]), number(r["failed"]),
                           esc(", ".join(r["endpoints"] or []))] for r in slowest]
     return f"""<!DOCTYPE html>
@@ -111,20 +124,21 @@ def render(*, title: str, window: str, generated: datetime, facts: Sequence[tupl
 <h2>Endpoints and message types</h2>
 <p class="muted">processed: audit copies (processing ended in the window); failed: messages
 that reached the error queue; failure rate = failed / (processed + failed); msg/s between the
-first and last processing end; times in ms, proc = processing time, crit = critical time
-(sent to processed).</p>
+first and last processing end; proc = processing time, crit = critical time (sent to
+processed), wait = queue wait (critical minus processing time); percentiles from merged KLL
+sketches.</p>
 {summary_table(summary)}
 <h2>Top exceptions per endpoint</h2>
 {table(["endpoint", "exception", "message (first line)", "count", "first seen", "last seen",
         "message types"], exception_rows, text_columns=3, text_last=True)}
 <h2>Conversation flow (edges)</h2>
 <p class="muted">sending endpoint &rarr; processing endpoint by message type; latency is the
-critical time in ms.</p>
+critical time.</p>
 {table(["sender", "receiver", "message type", "messages", "p50", "p95", "p99"], edge_rows,
        text_columns=3)}
 <h2>Slowest conversations</h2>
 <p class="muted">first send to last processing end.</p>
-{table(["conversation", "initiated by", "from", "started", "duration s", "messages",
+{table(["conversation", "initiated by", "from", "started", "duration", "messages",
         "retries", "failed", "endpoints"], conversation_rows, text_columns=3, text_last=True)}
 </body></html>
 """

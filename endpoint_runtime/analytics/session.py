@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Sequence
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -18,7 +19,7 @@ from endpoint_runtime.analytics.prerequisites import Prerequisites
 APP_NAME = "endpoint-runtime report"
 LOCAL_MASTER = "local[*]"
 SHUFFLE_PARTITIONS = "8"
-"""Aggregates are small (minutes x endpoints x types): adaptive execution coalesces further."""
+"""Until the job sizes them from its input (adaptive execution coalesces further)."""
 LOCAL_DRIVER_MEMORY = "2g"
 LOG4J2 = """\
 # Written by endpoint_runtime.analytics.session: warnings and errors only, and not the one
@@ -48,9 +49,18 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def start(master: str | None, prerequisites: Prerequisites) -> SparkSession:
+def ui_address(spark: SparkSession) -> str | None:
+    """The Spark UI's address when the UI is on."""
+    if spark.conf.get("spark.ui.enabled", "true") != "true":
+        return None
+    return spark.sparkContext.uiWebUrl
+
+
+def start(master: str | None, prerequisites: Prerequisites,
+          conf: Sequence[tuple[str, str]] = ()) -> SparkSession:
     """Start (or join) the session; ``master=None`` means ``local[*]`` unless
-    ``spark-submit`` chose one."""
+    ``spark-submit`` chose one. ``conf``: Spark settings (``--conf key=value``), which win
+    over every default here."""
     submitted = under_spark_submit()
     if master is None and not submitted:
         master = LOCAL_MASTER
@@ -65,6 +75,8 @@ def start(master: str | None, prerequisites: Prerequisites) -> SparkSession:
     builder = SparkSession.builder.appName(APP_NAME)
     if master is not None:
         builder = builder.master(master)
+    for key, value in conf:
+        given.set(key, value)
     jars = [*prerequisites.jars]
     if given.contains("spark.jars"):
         jars.insert(0, given.get("spark.jars") or "")
@@ -84,6 +96,9 @@ def start(master: str | None, prerequisites: Prerequisites) -> SparkSession:
             f"-Dlog4j2.configurationFile=file:{_log_configuration()}")
     for key, value in defaults.items():
         if not given.contains(key):
+            builder = builder.config(key, value)
+    for key, value in conf:
+        if key != "spark.jars":
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,9 +1,19 @@
 """The input: ``audit_log`` and ``error_log`` read over JDBC in parallel partitions.
 
 Each table is read as ``id`` ranges (its primary key, so each partition is an index range
-scan), limited to the report's time window (``processing_ended`` for audit copies,
-``time_of_failure`` for failed messages: both indexed). Only the columns the report uses are
-read, never ``headers``. A table that does not exist yet reads as empty.
+scan), limited either to the rows new since the extract's horizon (:meth:`Reader.read_new`:
+``ingest_xid`` between two horizons, indexed) or to an ad-hoc time window
+(:meth:`Reader.read`: ``processing_ended`` for audit copies, ``time_of_failure`` for failed
+messages, both indexed). Only the columns the report uses are read, never ``headers``. A
+table that does not exist yet reads as empty.
+
+The horizon (:meth:`Reader.survey`) is the oldest transaction of this database still running
+(from ``pg_current_snapshot()`` and the transaction-id locks of this database's sessions), or
+the next transaction id: every transaction of this database with a lower id has ended, so a
+later read sees every row it committed. A row of a transaction still running (however early
+its id, or its ``processing_ended``) is at or above the horizon and is read by a later run:
+late commits are never missed. Transactions of other databases on the same server do not
+hold it back (``pg_snapshot_xmin`` alone would count them).
 """
 
 from __future__ import annotations
@@ -84,6 +94,42 @@ class Source:
     partitions: int
 
 
+OWN_TRANSACTIONS = """SELECT l.transactionid::text AS xid FROM pg_locks l
+JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'transactionid' AND l.mode = 'ExclusiveLock' AND l.granted
+  AND a.datname = current_database()
+UNION SELECT transaction::text FROM pg_prepared_xacts WHERE database = current_database()"""
+"""The (32-bit) ids of this database's transactions running now, prepared ones included:
+each running transaction holds an exclusive lock on its own id."""
+XID_WRAP = 2 ** 32
+
+
+def horizon(snapshot: str, own: set[int]) -> int:
+    """The lowest of ``snapshot``'s running transactions (``xmin:xmax:xip,...``, 64-bit ids)
+    that is one of ``own`` (32-bit ids listed after the snapshot was taken), else its
+    ``xmax``. A transaction of another database never holds the horizon back; one of this
+    database that was running at the snapshot is still running when ``own`` is listed, or
+    has ended (its rows are then visible to any later read)."""
+    _, xmax, xip = snapshot.split(":")
+    running = [int(x) for x in xip.split(",") if x and int(x) % XID_WRAP in own]
+    return min(running, default=int(xmax))
+
+
+@dataclass(frozen=True)
+class XidRange:
+    """Rows whose ``ingest_xid`` is in ``[low, high)``; ``low=None``: from the first row
+    (rows written before the column existed have NULL: older than any horizon)."""
+
+    low: int | None
+    high: int
+
+    def condition(self) -> str:
+        below = f"ingest_xid < '{int(self.high)}'::xid8"
+        if self.low is None:
+            return f"(ingest_xid IS NULL OR {below})"
+        return f"ingest_xid >= '{int(self.low)}'::xid8 AND {below}"
+
+
 class Reader:
     """Reads the tables of one schema through one JDBC target.
 
@@ -115,8 +161,30 @@ class Reader:
     def qualified(self, table: Table) -> str:
         return QueueAddress(table.name, self.schema).qualified
 
+    def survey(self, *tables: Table) -> tuple[set[str], set[str], int]:
+        """The tables that exist, those with ``ingest_xid``, and the horizon: the oldest
+        transaction of this database still running, or the next one (see the module's
+        text). Two queries: the snapshot first, then who holds its running ids."""
+        checks = []
+        for i, table in enumerate(tables):
+            name = _literal(self.qualified(table))
+            checks.append(f"to_regclass({name}) IS NOT NULL AS c{i}")
+            checks.append(f"EXISTS (SELECT FROM pg_attribute WHERE attrelid = "
+                          f"to_regclass({name}) AND attname = 'ingest_xid' "
+                          f"AND NOT attisdropped) AS x{i}")
+        row = self.query(f"SELECT {', '.join(checks)}, "
+                         f"pg_current_snapshot()::text AS snapshot")[0]
+        present = {t.name for i, t in enumerate(tables) if row[f"c{i}"]}
+        with_xid = {t.name for i, t in enumerate(tables) if row[f"x{i}"]}
+        own = {int(r["xid"]) for r in self.query(OWN_TRANSACTIONS)}
+        return present, with_xid, horizon(row["snapshot"], own)
+
+    def read_new(self, table: Table, xids: XidRange, exists: bool = True) -> Source:
+        """The table's rows of transactions in ``xids`` (not cached: written once)."""
+        return self._load(table, xids.condition(), exists, cache=False)
+
     def where(self, table: Table) -> str:
-        conditions = [f"{table.time_column} IS NOT NULL"] if table is ERROR_LOG else []
+        conditions = []
         if self.since is not None:
             conditions.append(f"{table.time_column} >= {_timestamp(self.since)}")
         if self.until is not None:
@@ -131,9 +199,11 @@ class Reader:
 
     def read(self, table: Table, exists: bool = True) -> Source:
         """The table's rows in the window, cached, in parallel id-range partitions."""
+        return self._load(table, self.where(table), exists, cache=True)
+
+    def _load(self, table: Table, where: str, exists: bool, cache: bool) -> Source:
         if not exists:
             return Source(self.spark.createDataFrame([], table.schema), 0, 0)
-        where = self.where(table)
         low, high, rows = self.query(
             f"SELECT min(id), max(id), count(*) FROM {self.qualified(table)} WHERE {where}")[0]
         count = int(rows or 0)
@@ -148,8 +218,9 @@ class Reader:
                   .option("numPartitions", str(partitions)))
         frame = reader.load().select(
             *(F.col(field.name).cast(field.dataType) for field in table.schema.fields))
-        frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
-        frame.count()  # read once, here: later stages use the cache
+        if cache:
+            frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
+            frame.count()  # read once, here: later stages use the cache
         return Source(frame, count, partitions)
 
     def _partitions(self, rows: int) -> int:

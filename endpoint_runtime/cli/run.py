@@ -167,12 +167,17 @@ def endpoint_paths(args: argparse.Namespace) -> list[str]:
 
 
 def _overrides(endpoint: Endpoint, args: argparse.Namespace) -> dict[str, Any]:
-    overrides: dict[str, Any] = {"transport": merged_transport(endpoint, args.config)}
-    if args.max_concurrency is not None:
-        overrides["max_concurrency"] = args.max_concurrency
-    if args.stop_timeout is not None:
-        overrides["stop_timeout"] = args.stop_timeout
-    return overrides
+    return deployment_overrides(endpoint, args.config, max_concurrency=args.max_concurrency,
+                                stop_timeout=args.stop_timeout)
+
+
+def deployment_overrides(endpoint: Endpoint, config: str | None,
+                         **given: Any) -> dict[str, Any]:
+    """The setting overrides of one deployment of ``endpoint``: the transport with ``config``
+    and the environment applied (:func:`merged_transport`), and each of ``given`` that is not
+    ``None`` (an option left out)."""
+    return {"transport": merged_transport(endpoint, config),
+            **{name: value for name, value in given.items() if value is not None}}
 
 
 async def _stop_all(deployments: list[EndpointDeployment]) -> None:

@@ -36,10 +36,12 @@ class OperationalData:
     @functools.cached_property
     def _names(self) -> dict[str, str]:
         names = {name: self.table(name).qualified
-                 for name in ("audit_log", "error_log", "ingestion_progress")}
+                 for name in ("audit_log", "error_log", "ingestion_progress", "report_extracts")}
         names["progress"] = names.pop("ingestion_progress")
+        names["extracts"] = names.pop("report_extracts")
         for index in ("audit_ended_idx", "audit_ingested_idx", "error_row_idx",
-                      "error_failed_idx", "error_ingested_idx"):
+                      "error_failed_idx", "error_ingested_idx", "audit_xid_idx",
+                      "error_xid_idx"):
             names[index] = quote_identifier(index.replace("_idx", "") + "_idx")
         return names
 
@@ -53,6 +55,10 @@ class OperationalData:
         async with ddl_lock(connection):
             await connection.execute(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(self.schema)}")
             await connection.execute(self.sql["create_tables"])
+            if not await connection.fetchval(self.sql["has_ingest_xid"], self._names["audit_log"],
+                                             self._names["error_log"]):
+                await connection.execute(self.sql["add_ingest_xid"])
+            await connection.execute(self.sql["ingest_xid_indexes"])
             if not await connection.fetchval(self.sql["progress_has_candidate"],
                                              self._names["progress"]):
                 await connection.execute(self.sql["add_candidate"])

@@ -3,7 +3,9 @@
 BEGIN; DELETE up to N lowest unlocked seqs; for each message run the handlers with a savepoint
 taken on its first database use; a failed message's work is rolled back to its savepoint, its
 outgoing messages dropped, and its row re-inserted with the original seq so it is retried on
-its own; write all outgoing messages (one round trip per destination); COMMIT once.
+its own; write all outgoing messages (one round trip per destination); COMMIT once, with the
+slot's committed count of the batch (``transactions.counting``: the messages whose handlers ran
+as processed, those moved to the error queue as failed) in the same simple query.
 
 If the batch itself cannot commit (e.g. an outgoing message to a queue that does not exist),
 everything rolls back and the next N messages are received one by one, so that the failure is
@@ -12,19 +14,25 @@ charged to the message that caused it.
 
 from __future__ import annotations
 
-import contextlib
-
 import asyncpg
 import structlog
 
 from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ReceiveSlot, Round
-from endpoint_runtime.transactions.receive_transaction import end_carried_transaction
+from endpoint_runtime.transactions.counting import SlotCounts
+from endpoint_runtime.transactions.receive_transaction import (
+    end_carried_transaction,
+    joined,
+    rollback_quietly,
+)
 from endpoint_runtime.transactions.single import SingleMessageStrategy
 from endpoint_runtime.transport import receiving
-from endpoint_runtime.transport.connection import QUERY_ERRORS, DatabaseConnection, is_lost
-from endpoint_runtime.transport.savepoints import LazySavepointConnection
+from endpoint_runtime.transport.connection import DatabaseConnection, is_lost
+from endpoint_runtime.transport.savepoints import (
+    LazySavepointConnection,
+    OpenTransactionConnection,
+)
 
 log = structlog.get_logger("endpoint_runtime.batched")
 
@@ -41,21 +49,24 @@ class BatchedAtomicStrategy:
     def open_slot(self, connection: DatabaseConnection) -> BatchedSlot:
         return BatchedSlot(self, connection)
 
-    async def receive_batch(self, connection: DatabaseConnection) -> Round:
-        """One batch in one transaction; a failure to commit it is raised, rolled back."""
+    async def receive_batch(self, connection: DatabaseConnection, counts: SlotCounts) -> Round:
+        """One batch in one transaction, committed with its count in ``counts``' row; a
+        failure to commit it is raised, rolled back."""
         # One by one, each COMMIT began the next transaction: end it before the batch's own.
+        # A plain BEGIN (not asyncpg's transaction) so that the count goes with the COMMIT.
         await end_carried_transaction(connection)
-        transaction = connection.transaction()
-        await transaction.start()
+        await connection.execute("BEGIN")
         committed: list[Unit] = []
         try:
             result = await self._process_batch(connection, committed)
-            await transaction.commit()
+            count = await counts.statement(
+                connection, processed=sum(unit.handled for unit in committed),
+                failed=sum(unit.moved_to_error for unit in committed))
+            await connection.execute(joined(count, "COMMIT"))
         except BaseException:
             # Connection lost or COMMIT failed (the server rolled back): nothing to undo. The
             # batch's messages come again, uncharged (one by one, see BatchedSlot).
-            with contextlib.suppress(*QUERY_ERRORS):
-                await transaction.rollback()
+            await rollback_quietly(connection)
             for unit in committed:
                 unit.rolled_back()
             raise
@@ -105,7 +116,10 @@ class BatchedAtomicStrategy:
                 savepoint = True
 
         own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
-        unit = Unit(connection, own, LazySavepointConnection(connection, ensure_savepoint))
+        # The batch's transaction began with a plain BEGIN: handlers' transactions are
+        # savepoints (OpenTransactionConnection), after the message's own.
+        unit = Unit(connection, own, LazySavepointConnection(
+            OpenTransactionConnection(connection), ensure_savepoint))
         outcome = await self._pipeline.run(received, unit)
         if outcome is Outcome.HANDLED and savepoint:
             try:
@@ -134,6 +148,10 @@ class BatchedSlot(ReceiveSlot):
         self._one_by_one = strategy.one_by_one.open_slot(connection)
         self.single_rounds_left = 0
 
+    def count_with(self, counts: SlotCounts) -> None:
+        super().count_with(counts)
+        self._one_by_one.count_with(counts)
+
     async def release(self) -> None:
         await end_carried_transaction(self.connection)
 
@@ -142,7 +160,7 @@ class BatchedSlot(ReceiveSlot):
             self.single_rounds_left -= 1
             return await self._one_by_one.round()
         try:
-            return await self._strategy.receive_batch(self.connection)
+            return await self._strategy.receive_batch(self.connection, self.counts)
         except BaseException as exc:
             self.single_rounds_left = self._strategy.batch_size
             if not isinstance(exc, Exception) or is_lost(self.connection):

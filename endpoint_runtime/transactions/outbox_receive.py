@@ -11,6 +11,10 @@ Per message, on the receive connection (A) and a business connection (B) the slo
 3. A: COMMIT (the ack), usually together with the acks of the next messages when the dispatch
    went with the business commit (``transactions.ack_group``, setting ``acks_per_commit``).
 
+The slot's committed count (``transactions.counting``) of a handled message commits with its
+record in 2, so a redelivered message, found recorded, is not counted again; a message moved to
+the error queue is counted as failed with the receive transaction's COMMIT.
+
 The mark and the inserts commit together, so each record is dispatched exactly once; if the
 process dies between the business commit and the dispatch, the redelivered message finds its
 record and is only dispatched; if it dies before the ack, the redelivered message finds its
@@ -92,7 +96,8 @@ class OutboxStrategy:
                 return EMPTY
             business = await slot.business_connection()
             unit = OutboxUnit(connection, BufferedDispatcher(self.pool, pipeline.delayed_store),
-                              OpenTransactionConnection(business), business, recorded)
+                              OpenTransactionConnection(business), business, recorded,
+                              slot.counts)
             outcome = await pipeline.run(received, unit)
             if outcome is Outcome.HANDLED and unit.dispatched and group.can_defer():
                 group.defer()  # the work and its dispatch committed; the ack waits
@@ -100,7 +105,9 @@ class OutboxStrategy:
             group.committed()
             if outcome is Outcome.FAILED:
                 return await rolled_back(connection, unit)
-            await commit_and_begin(connection, handled=outcome is Outcome.HANDLED)
+            # A handled message was counted with its record (business transaction).
+            count = await slot.counts.statement(connection, failed=int(unit.moved_to_error))
+            await commit_and_begin(connection, count, handled=outcome is Outcome.HANDLED)
         except BaseException as exc:
             group.committed()
             await rollback_quietly(connection)

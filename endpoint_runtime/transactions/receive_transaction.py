@@ -9,6 +9,9 @@ Round trips are what a receive costs, so they are saved where the guarantees all
 - **Sends with the COMMIT.** In atomic mode, small outgoing messages are INSERTs with literal
   values sent in that same simple query; the statements run in order and the first failure
   aborts the rest, so the sends commit exactly when the receive does.
+- **Counts with the COMMIT.** So does the slot's committed count (``transactions.counting``):
+  processed for a message whose handlers ran, failed for one moved to the error queue (what
+  the chain noted on its unit, :func:`count_statement`).
 
 Once a message's transaction ended, its :class:`~endpoint_runtime.pipeline.Unit` hears of it
 (:func:`settled` after a commit, :func:`charge_or_raise` after a failed one), and the steps'
@@ -26,6 +29,7 @@ from endpoint_runtime.errors import QueueNotFoundError, RecoverabilityFailedErro
 from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.pipeline import Outcome, Unit
 from endpoint_runtime.transactions.base import Round
+from endpoint_runtime.transactions.counting import SlotCounts
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.connection import (
     QUERY_ERRORS,
@@ -43,6 +47,19 @@ _MISSING_RELATION = re.compile(r'relation "(.+)" does not exist')
 
 FAILED_ROUND = Round(taken=1, failed=1)
 HANDLED_ROUND = Round(taken=1, handled=1)
+
+
+async def count_statement(counts: SlotCounts, connection: DatabaseConnection,
+                          unit: Unit) -> str:
+    """The statement that counts a message whose transaction is about to commit in the
+    slot's row: processed when its handlers ran, failed when it went to the error queue."""
+    return await counts.statement(connection, processed=int(unit.handled),
+                                  failed=int(unit.moved_to_error))
+
+
+def joined(*statements: str) -> str:
+    """Statements for one simple query (empty ones left out)."""
+    return "; ".join(s for s in statements if s)
 
 
 async def begin_unless_carried(connection: DatabaseConnection) -> None:

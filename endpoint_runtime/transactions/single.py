@@ -1,9 +1,10 @@
 """One message per receive transaction: the shape shared by receive-only and atomic modes.
 
 BEGIN (unless the last COMMIT began it); DELETE the lowest unlocked seq; one call into the chain
-(``pipeline.run``: recoverability's moves, or the handlers on the receive connection); write the
-outgoing messages with the COMMIT (atomic mode); COMMIT; BEGIN. Any failure rolls everything
-back, so the row is visible again for the next attempt (see ``receive_transaction``).
+(``pipeline.run``: recoverability's moves, or the handlers on the receive connection); the
+outgoing messages (atomic mode) and the slot's committed count go with the COMMIT; BEGIN. Any
+failure rolls everything back, so the row is visible again for the next attempt (see
+``receive_transaction``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from endpoint_runtime.transactions.receive_transaction import (
     begin_unless_carried,
     charge_or_raise,
     commit_and_begin,
+    count_statement,
     end_carried_transaction,
+    joined,
     rollback_quietly,
     rolled_back,
     settled,
@@ -84,7 +87,9 @@ class SingleMessageSlot(ReceiveSlot):
             before_commit = ""
             if outcome is Outcome.HANDLED and isinstance(dispatcher, BufferedDispatcher):
                 before_commit = await dispatcher.flush_before_commit(connection)
-            await commit_and_begin(connection, before_commit, handled=outcome is Outcome.HANDLED)
+            count = await count_statement(self.counts, connection, unit)
+            await commit_and_begin(connection, joined(before_commit, count),
+                                   handled=outcome is Outcome.HANDLED)
         except BaseException as exc:
             await rollback_quietly(connection)
             charge_or_raise(unit, received, exc, connection)

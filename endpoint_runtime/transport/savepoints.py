@@ -28,7 +28,8 @@ class LazySavepointConnection:
     """
 
     def __init__(
-        self, connection: DatabaseConnection, ensure_savepoint: Callable[[], Awaitable[None]]
+        self, connection: DatabaseConnection | OpenTransactionConnection,
+        ensure_savepoint: Callable[[], Awaitable[None]],
     ) -> None:
         self._connection = connection
         self._ensure_savepoint = ensure_savepoint

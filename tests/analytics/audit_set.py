@@ -19,6 +19,7 @@ its own conversation ``d-i``.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -31,19 +32,21 @@ DAY2 = datetime(2026, 1, 6, 9, 0, tzinfo=UTC)
 HOSTILE = "<b>bad</b> order & more"
 
 
-def _audit(message_id: str, message_type: str, sender: str, receiver: str,
-           conversation: str, related: str | None, ended: datetime, processing_ms: float,
-           critical_ms: float, retries: int = 0) -> tuple[Any, ...]:
+def audit_row(message_id: str, message_type: str, sender: str, receiver: str,
+              conversation: str, related: str | None, ended: datetime, processing_ms: float,
+              critical_ms: float, retries: int = 0) -> tuple[Any, ...]:
     started = ended - timedelta(milliseconds=processing_ms)
     sent = ended - timedelta(milliseconds=critical_ms)
     return (message_id, message_type, "Send", sender, "m1", receiver, "m2", conversation,
             related, sent, started, ended, processing_ms, critical_ms, 100, retries, "{}")
 
 
-def _error(seq: int, message_type: str, sender: str, receiver: str, failed_at: datetime,
-           exception_type: str, message: str) -> tuple[Any, ...]:
+def error_row(seq: int, message_type: str, sender: str, receiver: str, failed_at: datetime,
+              exception_type: str, message: str,
+              conversation: str | None = None) -> tuple[Any, ...]:
     return ("error", uuid.uuid4(), seq, f"e-{seq}", message_type, "Send", sender, receiver,
-            "m2", f"{receiver}@public", f"f-{seq}", None, failed_at - timedelta(seconds=1),
+            "m2", f"{receiver}@public", conversation or f"f-{seq}", None,
+            failed_at - timedelta(seconds=1),
             failed_at, 3, exception_type, message, 100, "{}", None)
 
 
@@ -54,19 +57,19 @@ def place_order_end(i: int) -> datetime:
 def rows() -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     audit = []
     for i in range(1, 101):
-        audit.append(_audit(f"p-{i}", "Orders.PlaceOrder", "web", "sales", f"c-{i}", None,
+        audit.append(audit_row(f"p-{i}", "Orders.PlaceOrder", "web", "sales", f"c-{i}", None,
                             place_order_end(i), float(i), 10.0 * i, 1 if i % 10 == 0 else 0))
     for i in range(1, 51):
-        audit.append(_audit(f"b-{i}", "Orders.OrderPlaced", "sales", "billing", f"c-{i}",
+        audit.append(audit_row(f"b-{i}", "Orders.OrderPlaced", "sales", "billing", f"c-{i}",
                             f"p-{i}", billing_end(i), 2.0, 20.0))
     for i in range(1, 21):
-        audit.append(_audit(f"d-{i}", "Orders.PlaceOrder", "web", "sales", f"d-{i}", None,
+        audit.append(audit_row(f"d-{i}", "Orders.PlaceOrder", "web", "sales", f"d-{i}", None,
                             DAY2 + timedelta(seconds=i), 5.0, 50.0))
-    errors = [_error(seq, "Orders.OrderPlaced", "sales", "billing",
+    errors = [error_row(seq, "Orders.OrderPlaced", "sales", "billing",
                      DAY1 + timedelta(minutes=1, seconds=seq), "System.TimeoutException",
                      f"gateway timed out\n   at Billing.Handle() #{seq}")
               for seq in range(1, 6)]
-    errors.append(_error(6, "Orders.PlaceOrder", "web", "sales", DAY1 + timedelta(seconds=30),
+    errors.append(error_row(6, "Orders.PlaceOrder", "web", "sales", DAY1 + timedelta(seconds=30),
                          "System.ArgumentException", HOSTILE))
     return audit, errors
 
@@ -81,14 +84,25 @@ def conversation_ms(i: int) -> float:
     return (billing_end(i) - sent).total_seconds() * 1000
 
 
-async def load(dsn: str) -> None:
-    audit, errors = rows()
+async def insert(dsn: str, audit: Sequence[tuple[Any, ...]],
+                 errors: Sequence[tuple[Any, ...]] = (), setup: bool = True) -> None:
+    """Create the tables if needed (``setup``: its DDL waits for open writers) and add the
+    rows, in one transaction."""
     connection = await asyncpg.connect(dsn)
     try:
-        await OperationalData("public").setup(connection)
-        await connection.copy_records_to_table("audit_log", records=audit,
-                                               columns=AUDIT_FIELDS)
-        await connection.copy_records_to_table("error_log", records=errors,
-                                               columns=ERROR_FIELDS)
+        if setup:
+            await OperationalData("public").setup(connection)
+        async with connection.transaction():
+            if audit:
+                await connection.copy_records_to_table("audit_log", records=list(audit),
+                                                       columns=AUDIT_FIELDS)
+            if errors:
+                await connection.copy_records_to_table("error_log", records=list(errors),
+                                                       columns=ERROR_FIELDS)
     finally:
         await connection.close()
+
+
+async def load(dsn: str) -> None:
+    audit, errors = rows()
+    await insert(dsn, audit, errors)

@@ -1,6 +1,8 @@
 """The report on real PostgreSQL and real Spark: a known audit set gives exact counts,
-percentiles, failure rates, exceptions, flow edges and conversations; the window limits the
-input; an empty database gives an empty report; the HTML page and its PNGs are written."""
+percentiles (from the KLL sketches: exact for groups of up to k values), failure rates,
+exceptions, flow edges and conversations; an ad-hoc window limits the input and moves no
+horizon; an empty database gives an empty, readable report; the HTML page and its PNGs are
+written."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import math
 import os
 import struct
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +24,14 @@ from endpoint_runtime.analytics import ReportOptions, run_report
 from endpoint_runtime.analytics.job import ReportResult
 from endpoint_runtime.cli import main
 from endpoint_runtime.embedded import with_database
+from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.transport import quote_identifier
 from tests.analytics import audit_set
 from tests.analytics.audit_set import DAY1, DAY2, HOSTILE
 
-PLOTS = ("throughput.png", "failures.png", "latency.png", "flow.png")
+PLOTS = ("throughput.png", "latency.png", "queue_wait.png", "failures.png", "retries.png",
+         "flow.png")
 
 
 def nearest_rank(values: list[float], p: float) -> float:
@@ -164,7 +168,7 @@ def test_html_and_plots(report: ReportResult) -> None:
         assert header[:8] == b"\x89PNG\r\n\x1a\n"
         width, height = struct.unpack(">II", header[16:24])
         assert width >= 800
-        assert height >= 400
+        assert height >= 250
         assert f'src="plots/{name}"' in page
     assert "&lt;b&gt;bad&lt;/b&gt; order &amp; more" in page  # escaped, not markup
     assert "<b>bad</b>" not in page
@@ -185,8 +189,10 @@ def test_since_on_the_command_line(known_dsn: str, tmp_path: Path, spark: SparkS
     assert "[2/8] reading audit_log and error_log over JDBC" in printed.err
     summary = json.loads((tmp_path / "since" / "summary.json").read_text(encoding="utf-8"))
     assert (summary["audit_rows"], summary["error_rows"]) == (20, 0)
+    assert (summary["incremental"], summary["horizon"]) == (False, None)
     days = [path.name for path in (tmp_path / "since" / "parquet" / "minutes").glob("day=*")]
     assert days == ["day=2026-01-06"]
+    assert not (tmp_path / "since" / "extract").exists()  # no horizon kept
 
 
 async def test_an_empty_database_gives_an_empty_report(
@@ -204,24 +210,17 @@ async def test_an_empty_database_gives_an_empty_report(
         assert result.html.exists()
         assert "none" in result.html.read_text(encoding="utf-8")
         assert all((out / "plots" / name).stat().st_size > 1000 for name in PLOTS)
+        # Readable, empty tables with their columns (not folders without files).
+        for table in ("minutes", "exceptions", "flow_edges", "conversations"):
+            frame = spark.read.parquet(str(out / "parquet" / table))
+            assert frame.count() == 0, (attempt, table)
+            assert "day" in frame.columns
 
 
-def test_a_later_run_replaces_only_its_own_days(spark: SparkSession, known_dsn: str,
-                                                tmp_path: Path) -> None:
-    """--until limits the input; a later run with --since adds the days it covers to the
-    same Parquet tables and keeps the others (incremental runs)."""
-    first = run_report(ReportOptions(dsn=known_dsn, out=tmp_path,
-                                     until=DAY1 + timedelta(minutes=1)), spark)
-    assert (first.audit_rows, first.error_rows) == (100, 1)
-    assert {(e["sender"], e["receiver"]): e["messages"] for e in first.edges} == {
-        ("web", "sales"): 100}
-    run_report(ReportOptions(dsn=known_dsn, out=tmp_path,
-                             since=datetime(2026, 1, 6, tzinfo=UTC)), spark)
-    minutes = spark.read.parquet(str(tmp_path / "parquet" / "minutes"))
-    by_day = {str(row["day"]): row["processed"]
-              for row in minutes.groupBy("day").sum("processed")
-              .withColumnRenamed("sum(processed)", "processed").collect()}
-    assert by_day == {"2026-01-05": 100, "2026-01-06": 20}
+def test_an_ad_hoc_window_never_writes_into_an_incremental_output(
+        known_dsn: str, report: ReportResult) -> None:
+    with pytest.raises(ConfigurationError, match="incremental report"):
+        run_report(ReportOptions(dsn=known_dsn, out=report.out, since=DAY2))
 
 
 def test_plot_series_have_every_bucket(report: ReportResult) -> None:
@@ -229,8 +228,15 @@ def test_plot_series_have_every_bucket(report: ReportResult) -> None:
     assert report.bucket_seconds == 300
     sales, billing = report.timeline["sales"], report.timeline["billing"]
     assert len(sales) == len(billing) == 23 * 12 + 1
-    assert sales[0] == (DAY1, pytest.approx(100 / 300), pytest.approx(1 / 101))
-    assert billing[0] == (DAY1, pytest.approx(50 / 300), pytest.approx(5 / 55))
-    assert sales[1][1] == 0.0
-    assert math.isnan(sales[1][2])
-    assert sales[-1] == (DAY2, pytest.approx(20 / 300), 0.0)
+    assert (sales[0].bucket, sales[0].processed, sales[0].failed, sales[0].retries) == (
+        DAY1, 100, 1, 10)
+    assert sales[0].per_second == pytest.approx(100 / 300)
+    assert sales[0].failure_rate == pytest.approx(1 / 101)
+    assert sales[0].duration("processing_ms") == (50.0, 95.0, 99.0)
+    assert billing[0].per_second == pytest.approx(50 / 300)
+    assert billing[0].failure_rate == pytest.approx(5 / 55)
+    assert billing[0].duration("wait_ms") == (18.0, 18.0, 18.0)
+    assert (sales[1].per_second, sales[1].processed) == (0.0, 0)
+    assert math.isnan(sales[1].failure_rate)
+    assert math.isnan(sales[1].duration("critical_ms")[0])
+    assert (sales[-1].bucket, sales[-1].processed, sales[-1].failure_rate) == (DAY2, 20, 0.0)

@@ -128,3 +128,50 @@ def test_plot_buckets_keep_series_short() -> None:
     for days in (1, 30, 365, 3650):
         seconds = bucket_seconds(start, start + timedelta(days=days))
         assert days * 86400 / seconds <= MAX_POINTS or seconds == 7 * 86400
+
+
+def test_spark_settings_and_follow_arguments() -> None:
+    from endpoint_runtime.analytics.options import add_arguments, options_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--conf", "spark.sql.shuffle.partitions=64", "--conf",
+                              "spark.driver.extraJavaOptions=-Da=b", "--follow"])
+    options = options_from(args, "postgresql://u@h/d", "public")
+    assert options.conf == (("spark.sql.shuffle.partitions", "64"),
+                            ("spark.driver.extraJavaOptions", "-Da=b"))
+    assert (options.follow, options.ad_hoc) == (60.0, False)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--conf", "no-equals-sign"])
+    with pytest.raises(argparse.ArgumentTypeError, match="no --since"):
+        options_from(parser.parse_args(["--follow", "5", "--since", "1h"]), "", "public")
+    assert options_from(parser.parse_args(["--until", "1h"]), "", "public").ad_hoc
+
+
+def test_extract_retention_drops_old_days_from_the_manifest(tmp_path: Path) -> None:
+    from endpoint_runtime.analytics import extract
+
+    manifest = extract.Manifest(horizon=7, files={
+        "audit": ["audit/day=2026-03-01/a.parquet", "audit/day=2026-03-05/b.parquet",
+                  "audit/day=__HIVE_DEFAULT_PARTITION__/c.parquet"],
+        "errors": ["errors/day=2026-02-28/d.parquet"]}, runs=3)
+    kept, dropped = extract.expired(manifest, "2026-03-02")
+    assert dropped == ["audit/day=2026-03-01/a.parquet", "errors/day=2026-02-28/d.parquet"]
+    assert kept.files == {"audit": ["audit/day=2026-03-05/b.parquet",
+                                    "audit/day=__HIVE_DEFAULT_PARTITION__/c.parquet"],
+                          "errors": []}
+    extract.save(tmp_path, kept)
+    assert extract.load(tmp_path) == kept
+    assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]  # no temporary left
+
+
+def test_the_horizon_is_the_oldest_running_transaction_of_this_database() -> None:
+    from endpoint_runtime.analytics.sources import XID_WRAP, horizon
+
+    # Running: 100 (another database), 103 and 2**32 + 7 (this one, listed by 32-bit id).
+    snapshot = f"100:{2 ** 32 + 9}:100,103,{2 ** 32 + 7}"
+    assert horizon(snapshot, {103, 7}) == 103
+    assert horizon(snapshot, {7}) == 2 ** 32 + 7
+    assert horizon(snapshot, set()) == 2 ** 32 + 9  # none of ours: the next id
+    assert horizon("5:5:", {5}) == 5
+    assert XID_WRAP == 2 ** 32

@@ -1,74 +1,112 @@
-"""The job the launcher test submits (``ray submit ray_cluster.yaml ...``), run on the head.
+"""The launcher test's checks (tests/cluster/launcher.sh test), after the page's steps ran.
 
-It puts a backlog of ``N`` messages (default 600) in the ``cluster_work`` queue, drains it
-with ``python -m endpoint_runtime.submit`` on the cluster's three nodes, and checks that each
-message's row was committed exactly once and that receivers ran on every node. Exit status 0
-when all holds, 1 otherwise (``ray submit`` then exits 1 too).
+    python -m tests.cluster.launcher_job report SUBMIT_LOG --killed NODE_ID
+        on the machine running `ray up`: reads the submit script's output (its last line,
+        ``submit_result {json}``), checks that receivers ran on every node and that the killed
+        node processed messages before it died (it was lost mid-drain), and prints
+        ``processed N`` for the next step.
+    python -m tests.cluster.launcher_job rows --sent N --processed P [--config FILE]
+        on the head (``ray exec``): the business table must hold exactly one row per message
+        sent, and the submit script's total must be that count; the queue must be empty.
+
+Exit status 0 when all holds, 1 otherwise, each failure printed as ``launcher job: FAILED:``.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import collections
+import json
 import sys
+from typing import Any
 
-from endpoint_runtime import submit
+import msgspec
+
 from endpoint_runtime.embedded import resolve_dsn
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.settings import TransportSettings
+from endpoint_runtime.settings import TransportSettings, load_settings
 from endpoint_runtime.transport import PostgresTransport
-from tests.cluster.endpoints import Job
+from tests.cluster.launcher_endpoints import QUEUE, TABLE
 
-QUEUE = "cluster_work"
 NODES = 3
 
 
-async def prepare(settings: TransportSettings, count: int) -> None:
-    async with PostgresTransport.connect(settings) as transport:
-        await transport.pool.execute("DROP TABLE IF EXISTS handled")
-        await transport.pool.execute("CREATE TABLE handled (n int, node text, pid int)")
-        await transport.create_queue(QUEUE)
-        await transport.purge(QUEUE)  # a rerun on the same head starts clean
-        await transport.send_many(QUEUE, [create_outgoing(Job(n=n)) for n in range(count)])
+def submit_result(text: str) -> dict[str, Any] | None:
+    """The JSON of the last ``submit_result`` line of the submit script's output."""
+    lines = [line for line in text.splitlines() if line.startswith("submit_result ")]
+    return json.loads(lines[-1].removeprefix("submit_result ")) if lines else None
 
 
-async def check(settings: TransportSettings, count: int) -> list[str]:
-    async with PostgresTransport.connect(settings) as transport:
-        rows = await transport.pool.fetch("SELECT n, node FROM handled")
-        depth = await transport.depth(QUEUE)
-    numbers = collections.Counter(row["n"] for row in rows)
-    per_node = collections.Counter(row["node"] for row in rows)
-    print(f"handled rows: {len(rows)} for {count} messages; queue depth {depth}; "
-          f"per node: {dict(per_node)}", flush=True)
+def report_problems(result: dict[str, Any] | None, killed: str) -> list[str]:
+    if result is None:
+        return ["the submit script printed no submit_result line"]
+    nodes = result.get("nodes", [])
     problems = []
-    if sorted(numbers) != list(range(count)):
-        problems.append(f"missing: {sorted(set(range(count)) - set(numbers))[:20]}")
-    duplicated = [n for n, times in numbers.items() if times > 1]
-    if duplicated:
-        problems.append(f"handled more than once: {duplicated[:20]}")
-    if depth:
-        problems.append(f"{depth} messages left in the queue")
-    if len(per_node) != NODES:
-        problems.append(f"receivers ran on {len(per_node)} nodes, not {NODES}")
+    with_receivers = {node["address"] for node in nodes if node["receivers"] > 0}
+    if len(with_receivers) < NODES:
+        problems.append(f"receivers ran on {sorted(with_receivers)}, not on {NODES} nodes")
+    lost = [node for node in nodes if node["node_id"] == killed]
+    if not lost:
+        problems.append(f"the killed node {killed[:12]} is not in the report")
+    elif lost[0]["alive"]:
+        problems.append(f"the killed node {killed[:12]} is reported alive")
+    elif lost[0]["processed"] == 0:
+        problems.append(f"the killed node {killed[:12]} processed nothing: not lost mid-drain")
     return problems
 
 
-def main() -> int:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 600
-    settings = TransportSettings(dsn=resolve_dsn(None))
-    asyncio.run(prepare(settings, count))
-    status = submit.main(["tests.cluster.endpoints:work", "--nodes", str(NODES),
-                          "--until-empty", "--status-interval", "2",
-                          "--nodes-timeout", "180"])
-    if status != 0:
-        print(f"launcher job: submit exited {status}", flush=True)
-        return 1
-    problems = asyncio.run(check(settings, count))
+async def count_rows(settings: TransportSettings) -> tuple[int, int, int]:
+    async with PostgresTransport.connect(settings) as transport:
+        rows, distinct = await transport.pool.fetchrow(
+            f"SELECT count(*), count(DISTINCT message_id) FROM {TABLE}")
+        return rows, distinct, await transport.depth(QUEUE)
+
+
+def rows_problems(rows: int, distinct: int, depth: int, sent: int,
+                  processed: int) -> list[str]:
+    problems = []
+    if distinct != sent:
+        problems.append(f"{distinct} messages have a row, {sent} were sent")
+    if rows != distinct:
+        problems.append(f"{rows - distinct} messages were handled more than once")
+    if processed != rows:
+        problems.append(f"the submit script reported {processed} processed, "
+                        f"the business table holds {rows} rows")
+    if depth:
+        problems.append(f"{depth} messages left in the queue")
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.cluster.launcher_job")
+    commands = parser.add_subparsers(dest="command", required=True)
+    report = commands.add_parser("report")
+    report.add_argument("submit_log")
+    report.add_argument("--killed", required=True, metavar="NODE_ID")
+    rows = commands.add_parser("rows")
+    rows.add_argument("--sent", type=int, required=True)
+    rows.add_argument("--processed", type=int, required=True)
+    rows.add_argument("--config", default=None, metavar="FILE")
+    args = parser.parse_args(argv)
+    if args.command == "report":
+        with open(args.submit_log) as log:
+            result = submit_result(log.read())
+        problems = report_problems(result, args.killed)
+        if result is not None:
+            for node in result.get("nodes", []):
+                print(f"node {node['node_id'][:12]} {node['address']} "
+                      f"{'alive' if node['alive'] else 'dead'} receivers={node['receivers']} "
+                      f"processed={node['processed']}", flush=True)
+            print(f"processed {result.get('processed')}", flush=True)
+    else:
+        settings = load_settings(TransportSettings, path=args.config, table="transport")
+        settings = msgspec.structs.replace(settings, dsn=resolve_dsn(settings.dsn))
+        counts = asyncio.run(count_rows(settings))
+        print(f"business rows {counts[0]} (distinct messages {counts[1]}) for {args.sent} "
+              f"sent; submit_result.processed {args.processed}; queue depth {counts[2]}",
+              flush=True)
+        problems = rows_problems(*counts, sent=args.sent, processed=args.processed)
     for problem in problems:
         print(f"launcher job: FAILED: {problem}", flush=True)
-    if not problems:
-        print(f"launcher job: OK: {count} messages, each handled once, on {NODES} nodes",
-              flush=True)
     return 1 if problems else 0
 
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import itertools
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +24,7 @@ import pytest
 
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.outgoing import create_outgoing
-from tests.cluster.endpoints import Job
+from tests.cluster.endpoints import DELAYED_RETRY_SECONDS, Job
 from tests.cluster.nodes import LocalCluster
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
@@ -30,12 +33,17 @@ ENDPOINT = "tests.cluster.endpoints:work"
 QUEUE = "cluster_work"
 HEAD, NODE_B, NODE_C = 0, 1, 2
 ROOT = Path(__file__).resolve().parents[2]
+MOST_SECONDS_WITHOUT_STATUS = 6.0
+"""Status lines come every second here (--status-interval 1), each waiting at most 2 s for a
+peeker (and 2 s more when the queue looks empty): 5 s, and a second of slack."""
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    # Custom resources: plenty of each, so that many receivers can ask for one unit.
-    cluster = LocalCluster(workers=[{"node_b": 1000}, {"node_c": 1000}], cpus_per_node=1)
+    # Custom resources: plenty of each, so that many receivers can ask for one unit; two of
+    # the three nodes have queue_workers (pinned receivers spread over those two).
+    cluster = LocalCluster(workers=[{"node_b": 1000, "queue_workers": 1000},
+                                    {"node_c": 1000, "queue_workers": 1000}], cpus_per_node=1)
     # Nodes and drivers run with an empty home, as on a fresh machine: no ~/.ray/auth_token
     # (a clean clone's CI failed every cluster test when the cluster relied on one).
     cluster.environment["HOME"] = str(tmp_path_factory.mktemp("fresh-home"))
@@ -63,6 +71,23 @@ class Submit:
     def stderr_tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
 
+    def status_times(self) -> list[float]:
+        """When the driver logged its status lines (seconds since the epoch)."""
+        times = []
+        for line in self.log.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict) and event.get("event") == "endpoint_status":
+                    times.append(datetime.datetime.fromisoformat(event["timestamp"]).timestamp())
+        return times
+
+    def longest_status_gap(self, since: float) -> float:
+        """The longest time without a status line from ``since`` (seconds since the epoch)
+        to the last status line."""
+        times = [since, *(t for t in self.status_times() if t > since)]
+        assert len(times) > 2, ("no status lines after the kill", self.stderr_tail())
+        return max(b - a for a, b in itertools.pairwise(times))
+
     async def wait_for_line(self, prefix: str, timeout: float = 180) -> str:  # noqa: ASYNC109
         deadline = asyncio.get_running_loop().time() + timeout
         while asyncio.get_running_loop().time() < deadline:
@@ -75,8 +100,7 @@ class Submit:
         raise AssertionError(f"no {prefix!r} line from submit; stdout: {self.lines}\n"
                              f"stderr: {self.stderr_tail()}")
 
-    async def finish(self, timeout: float = 240) -> dict[str, Any]:  # noqa: ASYNC109
-        """Wait for the exit; return the ``submit_result`` (asserting exit status 0)."""
+    async def exit_status(self, timeout: float = 240) -> int:  # noqa: ASYNC109
         try:
             await asyncio.wait_for(self.process.wait(), timeout)
         except TimeoutError:
@@ -84,7 +108,12 @@ class Submit:
             raise
         finally:
             await self._reader
-        assert self.process.returncode == 0, (self.lines, self.stderr_tail())
+        assert self.process.returncode is not None
+        return self.process.returncode
+
+    async def finish(self, timeout: float = 240) -> dict[str, Any]:  # noqa: ASYNC109
+        """Wait for the exit; return the ``submit_result`` (asserting exit status 0)."""
+        assert await self.exit_status(timeout) == 0, (self.lines, self.stderr_tail())
         [result] = [line for line in self.lines if line.startswith("submit_result ")]
         parsed: dict[str, Any] = json.loads(result.removeprefix("submit_result "))
         return parsed
@@ -95,13 +124,13 @@ async def submit(cluster: LocalCluster, database_dsn: str,
                  tmp_path: Path) -> AsyncIterator[Any]:
     started: list[Submit] = []
 
-    async def start(*args: str) -> Submit:
+    async def start(*args: str, endpoint: str | None = ENDPOINT) -> Submit:
         log = tmp_path / f"submit-{len(started)}.log"
         # The child writes to its own copy of the descriptor: ours closes at once.
         with log.open("wb") as stderr:
             process = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "endpoint_runtime.submit", ENDPOINT, "--nodes", "3",
-                "--status-interval", "1", *args,
+                sys.executable, "-m", "endpoint_runtime.submit", *([endpoint] if endpoint else []),
+                "--nodes", "3", "--status-interval", "1", *args,
                 env=cluster.driver_environment(ENDPOINT_RUNTIME_DSN=database_dsn,
                                                ENDPOINT_RUNTIME_PEEK_DELAY="0.5",
                                                ENDPOINT_RUNTIME_LOG_FORMAT="json"),
@@ -173,15 +202,62 @@ async def test_receivers_spread_over_the_nodes_by_default(
     assert result["processed"] == 300, result
 
 
-async def test_receivers_pinned_by_custom_resources(
+async def test_pinned_receivers_spread_over_the_nodes_with_the_resource(
     submit: Any, transport: PostgresTransport
 ) -> None:
-    await prepare(transport, 100)
-    driver = await submit("--until-empty", "--receiver-resources", '{"node_c": 1}')
+    """Nodes B and C have ``queue_workers``, the head has not: the three receivers run on B
+    and C only, both of them (they stacked on one pinned node before)."""
+    await prepare(transport, 300)
+    driver = await submit("--until-empty", "--receiver-resources", '{"queue_workers": 1}')
     result = await driver.finish()
-    per_node = await assert_each_handled_once(transport, 100)
-    assert set(per_node) == {str(NODE_C)}, per_node
-    assert sum(1 for node in result["nodes"] if node["receivers"] > 0) == 1, result
+    per_node = await assert_each_handled_once(transport, 300)
+    assert set(per_node) == {str(NODE_B), str(NODE_C)}, per_node
+    receivers = sorted(node["receivers"] for node in result["nodes"])
+    assert receivers == [0, 1, 2], result
+
+
+async def test_a_resource_no_node_has_fails_at_once(
+    submit: Any, transport: PostgresTransport
+) -> None:
+    """Receivers or a peeker asking for a resource no node has: submit says which, exit 1,
+    within 60 s even with --duration (it waited for ever before)."""
+    await prepare(transport, 10)
+    started = time.monotonic()
+    drivers = [await submit("--duration", "600", option, '{"nope": 1}')
+               for option in ("--receiver-resources", "--peeker-resources")]
+    for driver, what in zip(drivers, ("receiver_resources", "peeker_resources"), strict=True):
+        assert await driver.exit_status(timeout=60) == 1, (driver.lines, driver.stderr_tail())
+        assert f"{what} {{\"nope\": 1.0}}: no live node has the resource 'nope'" in \
+            driver.stderr_tail(), driver.stderr_tail()
+    assert time.monotonic() - started < 60
+    assert await transport.depth(QUEUE) == 10  # nothing was deployed
+
+
+async def test_install_then_send_then_until_empty_waits_for_the_delayed_store(
+    submit: Any, transport: PostgresTransport, tmp_path: Path
+) -> None:
+    """On a fresh database, as docs/cluster.md has it: a submit with --install creates the
+    queue and the handler's table; messages are sent; a submit with --until-empty (both from
+    the [submit] table of --config) stops only once their delayed retries, waiting
+    DELAYED_RETRY_SECONDS in the delayed store, are handled (it stopped with the delayed
+    store full before)."""
+    config = tmp_path / "cluster.toml"
+    config.write_text('[submit]\nendpoints = ["tests.cluster.endpoints:retrying"]\n'
+                      "until_empty = true\ninstall = true\n")
+    installing = await submit("--config", str(config), endpoint=None)
+    await installing.finish()
+    assert any(line.startswith("installed tests.cluster.endpoints:retrying: ")
+               for line in installing.lines), installing.lines
+    total = 20
+    await transport.send_many("cluster_retrying", [create_outgoing(Job(n=n)) for n in range(total)])
+    started = time.monotonic()
+    driver = await submit("--config", str(config), "--no-install", endpoint=None)
+    result = await driver.finish()
+    rows = await transport.pool.fetch("SELECT n FROM handled ORDER BY n")
+    assert [row["n"] for row in rows] == list(range(total)), (driver.lines, driver.stderr_tail())
+    assert time.monotonic() - started >= DELAYED_RETRY_SECONDS
+    assert result["processed"] == total, result
+    assert (result["counted"], result["moved_to_error_queue"]) == ("committed", 0), result
 
 
 async def test_a_worker_node_lost_mid_load_loses_no_message(
@@ -205,10 +281,19 @@ async def test_a_worker_node_lost_mid_load_loses_no_message(
             await asyncio.sleep(0.1)
         killed_at = await handled_count(transport)
         cluster.kill_node(NODE_B)
+        killed = time.time()
         result = await driver.finish()
         per_node = await assert_each_handled_once(transport, total)
         assert killed_at < total * 0.8, "the backlog was nearly done before the kill"
         assert per_node.get(str(NODE_B), 0) >= 20, per_node
+        # The report counts what committed, node by node, whatever died (not the peeker's
+        # last status of the receivers lost with node B: 4,857 of 5,000 before).
+        assert result["processed"] == total, result
+        assert sorted(n["processed"] for n in result["nodes"] if n["processed"]) == \
+            sorted(per_node.values()), (result, per_node)
+        gap = driver.longest_status_gap(killed)
+        print(f"longest gap between status lines after the kill: {gap:.1f} s")
+        assert gap <= MOST_SECONDS_WITHOUT_STATUS, driver.stderr_tail()
         assert result["replaced_receivers"] >= 1, result
         dead = [node for node in result["nodes"] if not node["alive"]]
         assert len(dead) >= 1, result
@@ -233,10 +318,17 @@ async def test_the_node_running_the_peeker_lost_the_deployment_is_recreated(
         await wait_until_handled(transport, 100, driver)
         killed_at = await handled_count(transport)
         cluster.kill_node(NODE_B)
+        killed = time.time()
         result = await driver.finish()
         await assert_each_handled_once(transport, total)
         assert killed_at < total * 0.8, "the backlog was nearly done before the kill"
         assert result["restarts"] >= 1, result
+        # The recreated deployment kept its id: its counts go on, none counted twice (the
+        # report read 8,730 of 30,000 before).
+        assert result["processed"] == total, result
+        gap = driver.longest_status_gap(killed)
+        print(f"longest gap between status lines after the kill: {gap:.1f} s")
+        assert gap <= MOST_SECONDS_WITHOUT_STATUS, driver.stderr_tail()
     finally:
         cluster.restart_node(NODE_B)
 
@@ -258,3 +350,26 @@ async def test_three_deployments_of_one_endpoint_compete_on_one_queue(
     processed = [result["processed"] for result in results]
     assert sum(processed) == total, processed
     assert all(count > 0 for count in processed), processed
+
+
+async def test_a_new_deployment_replaces_the_running_one(
+    submit: Any, transport: PostgresTransport
+) -> None:
+    """A redeployment: with a backlog draining, a second submit with --replace starts, and
+    once it runs the first one's driver stops its deployment gracefully and exits 0 saying it
+    was replaced; every message is handled exactly once, each counted by the one that did."""
+    total = 1200
+    await prepare(transport, total)
+    old = await submit()
+    await old.wait_for_line("deployed ")
+    await wait_until_handled(transport, 50, old)
+    new = await submit("--replace", "--until-empty")
+    replaced = await old.finish()
+    assert any(line.startswith("replaced by deployment ") for line in old.lines), old.lines
+    assert await handled_count(transport) < total, "the backlog was done before the handover"
+    result = await new.finish()
+    await assert_each_handled_once(transport, total)
+    assert any(line.startswith("replacing deployment ") for line in new.lines), new.lines
+    assert replaced["processed"] > 0, replaced
+    assert result["processed"] > 0, result
+    assert replaced["processed"] + result["processed"] == total, (replaced, result)

@@ -44,7 +44,8 @@ PARTS: dict[str, tuple[str, ...]] = {
     "Runtime": (
         "endpoint_runtime/actors/", "endpoint_runtime/endpoint.py",
         "endpoint_runtime/deployment.py", "endpoint_runtime/sender.py",
-        "endpoint_runtime/submit.py", "endpoint_runtime/installation.py",
+        "endpoint_runtime/submit.py", "endpoint_runtime/submission/",
+        "endpoint_runtime/installation.py",
         "endpoint_runtime/privileges.py", "endpoint_runtime/connection_budget.py",
     ),
     "Ingestion": ("endpoint_runtime/ingestion/",),

@@ -22,7 +22,8 @@ CREATE TABLE IF NOT EXISTS {audit_log} (
     body_size integer NOT NULL,
     retries integer NOT NULL,
     headers text NOT NULL,
-    ingested_at timestamptz NOT NULL DEFAULT statement_timestamp()
+    ingested_at timestamptz NOT NULL DEFAULT statement_timestamp(),
+    ingest_xid xid8 DEFAULT pg_current_xact_id()
 );
 CREATE INDEX IF NOT EXISTS {audit_ended_idx} ON {audit_log} (processing_ended);
 CREATE INDEX IF NOT EXISTS {audit_ingested_idx} ON {audit_log} (ingested_at);
@@ -48,11 +49,19 @@ CREATE TABLE IF NOT EXISTS {error_log} (
     body_size integer NOT NULL,
     headers text NOT NULL,
     reason text,
-    ingested_at timestamptz NOT NULL DEFAULT statement_timestamp()
+    ingested_at timestamptz NOT NULL DEFAULT statement_timestamp(),
+    ingest_xid xid8 DEFAULT pg_current_xact_id()
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {error_row_idx} ON {error_log} (source, native_id, queue_seq);
 CREATE INDEX IF NOT EXISTS {error_failed_idx} ON {error_log} (time_of_failure);
 CREATE INDEX IF NOT EXISTS {error_ingested_idx} ON {error_log} (ingested_at);
+-- The report's extracts (endpoint_runtime.analytics): each one holds every row whose
+-- ingest_xid is below its horizon. Retention deletes only rows every extract holds.
+CREATE TABLE IF NOT EXISTS {extracts} (
+    extract text PRIMARY KEY,
+    horizon xid8 NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT statement_timestamp()
+);
 -- last_seq: every row at or below it has been seen. The candidate is the next value of
 -- last_seq, valid once the transactions that were writing to the queue when it was taken
 -- (candidate_holders, virtual transaction ids) have ended.
@@ -68,6 +77,25 @@ CREATE TABLE IF NOT EXISTS {progress} (
 SELECT count(*) = 2 FROM pg_attribute
 WHERE attrelid = to_regclass($1::text) AND attname IN ('candidate_seq', 'candidate_holders')
   AND NOT attisdropped;
+
+-- has_ingest_xid --
+-- Whether audit_log and error_log have ingest_xid (tables made before it existed do not).
+SELECT count(*) = 2 FROM pg_attribute
+WHERE attrelid IN (to_regclass($1::text), to_regclass($2::text)) AND attname = 'ingest_xid'
+  AND NOT attisdropped;
+
+-- add_ingest_xid --
+-- ingest_xid: the transaction that wrote the row, for the report's watermark (rows of every
+-- transaction older than the oldest one still running have committed or never will). Rows
+-- written before the column existed keep NULL: older than any horizon.
+ALTER TABLE {audit_log} ADD COLUMN IF NOT EXISTS ingest_xid xid8;
+ALTER TABLE {audit_log} ALTER COLUMN ingest_xid SET DEFAULT pg_current_xact_id();
+ALTER TABLE {error_log} ADD COLUMN IF NOT EXISTS ingest_xid xid8;
+ALTER TABLE {error_log} ALTER COLUMN ingest_xid SET DEFAULT pg_current_xact_id();
+
+-- ingest_xid_indexes --
+CREATE INDEX IF NOT EXISTS {audit_xid_idx} ON {audit_log} (ingest_xid);
+CREATE INDEX IF NOT EXISTS {error_xid_idx} ON {error_log} (ingest_xid);
 
 -- add_candidate --
 ALTER TABLE {progress} ADD COLUMN IF NOT EXISTS candidate_seq bigint,
@@ -139,15 +167,22 @@ WHERE queue = $1;
 
 -- clean_audit_log --
 -- One batch of at most $2 rows older than $1 seconds; run again until a batch comes back short
--- (each batch its own short transaction).
+-- (each batch its own short transaction). When the report keeps extracts, only rows every
+-- extract already holds (below the lowest horizon; NULL: written before ingest_xid existed).
 DELETE FROM {audit_log} WHERE id = ANY (ARRAY(
     SELECT id FROM {audit_log}
-    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1) LIMIT $2));
+    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1)
+      AND (ingest_xid IS NULL OR NOT EXISTS (SELECT FROM {extracts})
+           OR ingest_xid < (SELECT min(horizon) FROM {extracts}))
+    LIMIT $2));
 
 -- clean_error_log --
 DELETE FROM {error_log} WHERE id = ANY (ARRAY(
     SELECT id FROM {error_log}
-    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1) LIMIT $2));
+    WHERE ingested_at < statement_timestamp() - make_interval(secs => $1)
+      AND (ingest_xid IS NULL OR NOT EXISTS (SELECT FROM {extracts})
+           OR ingest_xid < (SELECT min(horizon) FROM {extracts}))
+    LIMIT $2));
 
 -- endpoint_activity --
 -- Per processing endpoint, from the audit copies of the last $1 seconds: messages per second

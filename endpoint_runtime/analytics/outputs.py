@@ -1,0 +1,70 @@
+"""The aggregate tables in ``<out>/parquet/<table>/day=YYYY-MM-DD/``, each day written whole.
+
+A run computes the days it affects from the extract's rows and publishes each of them by
+rename: the new day is written under ``_staging``, then the old folder is moved aside and the
+new one moved in (the old one deleted after). A day the run affects that no longer has rows
+(a conversation whose start moved to an earlier day) is removed. A reader sees a day either
+before or after the run, never half of it. Each day is one file (the frame is partitioned by
+day before the write).
+
+A table with no day at all holds one empty Parquet file with its columns, so that readers
+get an empty table rather than ``UNABLE_TO_INFER_SCHEMA``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from collections.abc import Collection
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+STAGING = "_staging"
+EMPTY = "empty.parquet"
+
+
+def publish(frame: DataFrame, table: Path, days: Collection[str] | None) -> list[str]:
+    """Replace ``days`` of ``table`` (``None``: every day, the others removed) with the rows
+    of ``frame`` (which holds only those days); returns the days written."""
+    if days is not None and not days and table.exists():
+        return []  # nothing to replace
+    run = uuid.uuid4().hex
+    staged = table.parent / STAGING / run / table.name
+    frame.repartition("day").write.mode("overwrite").partitionBy("day").parquet(str(staged))
+    written = sorted(path.name.removeprefix("day=") for path in staged.glob("day=*"))
+    table.mkdir(parents=True, exist_ok=True)
+    replaced = set(written) | (set(days) if days is not None else
+                               {path.name.removeprefix("day=") for path in table.glob("day=*")})
+    trash = table.parent / STAGING / run / "old"
+    trash.mkdir(parents=True, exist_ok=True)
+    for day in sorted(replaced):
+        current = table / f"day={day}"
+        if current.exists():
+            current.rename(trash / current.name)
+        if day in written:
+            (staged / f"day={day}").rename(current)
+    _mark_empty(frame, table, staged)
+    shutil.rmtree(table.parent / STAGING / run, ignore_errors=True)
+    return written
+
+
+def _mark_empty(frame: DataFrame, table: Path, staged: Path) -> None:
+    empty = table / EMPTY
+    if any(table.glob("day=*")):
+        empty.unlink(missing_ok=True)
+        return
+    if empty.exists():
+        return
+    holder = staged.parent / "empty"
+    frame.limit(0).coalesce(1).write.mode("overwrite").parquet(str(holder))
+    part = next(holder.glob("*.parquet"))
+    part.rename(empty)
+
+
+def read(spark: SparkSession, table: Path) -> DataFrame | None:
+    """The table as written (``day`` a string), or ``None`` when it was never written."""
+    if not table.exists():
+        return None
+    frame = spark.read.parquet(str(table))
+    return frame.withColumn("day", frame["day"].cast("string"))

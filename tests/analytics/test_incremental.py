@@ -1,0 +1,308 @@
+"""Incremental runs into one output, on real PostgreSQL and real Spark: a row whose
+transaction commits late (held open across a run) is picked up by the next run and its day
+recomputed; a conversation across midnight, and one whose first message arrives late, stay
+whole in the day they started; a run that stops between its partitions and its horizon is
+rerun idempotently; the report of a generated week run day by day equals one run over the
+same rows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import pytest
+from pyspark.sql import SparkSession
+
+from endpoint_runtime.analytics import ReportOptions, extract, job, run_report
+from endpoint_runtime.analytics.job import ReportResult
+from endpoint_runtime.analytics.measures import RANK_ERROR
+from endpoint_runtime.cli import main
+from endpoint_runtime.ingestion.storage import AUDIT_FIELDS, OperationalData
+from tests.analytics.audit_set import audit_row, error_row, insert
+
+DAY1 = datetime(2026, 3, 2, tzinfo=UTC)
+TABLES = ("minutes", "exceptions", "flow_edges", "conversations")
+
+
+def report(spark: SparkSession, dsn: str, out: Path) -> ReportResult:
+    return run_report(ReportOptions(dsn=dsn, out=out, render=False), spark)
+
+
+def table(spark: SparkSession, out: Path, name: str) -> list[dict[str, Any]]:
+    """A Parquet table as sorted rows, without the binary sketches."""
+    frame = spark.read.parquet(str(out / "parquet" / name))
+    columns = [c for c in frame.columns if not c.endswith("_sketch")]
+    rows = [{key: (str(value) if key == "day" else value)
+             for key, value in row.asDict(recursive=True).items()}
+            for row in frame.select(*columns).collect()]
+    return sorted(rows, key=lambda row: repr(sorted(row.items(), key=lambda kv: kv[0])))
+
+
+def day_counts(spark: SparkSession, out: Path) -> dict[str, int]:
+    counts: dict[str, int] = defaultdict(int)
+    for row in table(spark, out, "minutes"):
+        counts[row["day"]] += row["processed"]
+    return dict(counts)
+
+
+def orders(prefix: str, start: datetime, count: int) -> list[tuple[Any, ...]]:
+    return [audit_row(f"{prefix}-{i}", "Orders.PlaceOrder", "web", "sales", f"{prefix}-{i}",
+                      None, start + timedelta(seconds=i), 5.0, 50.0) for i in range(count)]
+
+
+async def test_a_late_commit_is_read_by_the_next_run_and_its_day_recomputed(
+        spark: SparkSession, database_dsn: str, tmp_path: Path) -> None:
+    await insert(database_dsn, orders("a", DAY1 + timedelta(hours=10), 10))
+    late = await asyncpg.connect(database_dsn)
+    transaction = late.transaction()
+    await transaction.start()
+    # Written early (lower id, earlier processing end) but committed after the run.
+    await late.copy_records_to_table("audit_log", records=orders(
+        "late", DAY1 + timedelta(hours=10, minutes=1), 3), columns=AUDIT_FIELDS)
+    # Committed before the run, by a transaction newer than the one still open.
+    await insert(database_dsn, orders("b", DAY1 + timedelta(days=1, hours=9), 4), setup=False)
+    try:
+        first = report(spark, database_dsn, tmp_path)
+        assert day_counts(spark, tmp_path) == {"2026-03-02": 10}
+        assert first.audit_rows == 10
+    finally:
+        await transaction.commit()
+        await late.close()
+    second = report(spark, database_dsn, tmp_path)
+    assert second.audit_rows == 7
+    assert second.days == ["2026-03-02", "2026-03-03"]
+    assert day_counts(spark, tmp_path) == {"2026-03-02": 13, "2026-03-03": 4}
+    conversations = table(spark, tmp_path, "conversations")
+    assert len(conversations) == 17
+    assert second.horizon is not None
+    assert first.horizon is not None
+    assert second.horizon > first.horizon
+    third = report(spark, database_dsn, tmp_path)  # nothing new: nothing recomputed
+    assert (third.audit_rows, third.days) == (0, [])
+    assert day_counts(spark, tmp_path) == {"2026-03-02": 13, "2026-03-03": 4}
+    job.page_figures(spark, third)
+    assert sorted(row["processed"] for row in third.summary) == [17, 17]
+
+
+async def test_conversations_stay_whole_in_the_day_they_started(
+        spark: SparkSession, database_dsn: str, tmp_path: Path) -> None:
+    """Ten conversations of day 1 and one that starts at 23:59:50 and ends after midnight;
+    the nightly pattern used to replace day 1 with the one conversation of the next run."""
+    midnight = DAY1 + timedelta(days=1)
+    day1 = orders("c", DAY1 + timedelta(hours=12), 10)
+    cross = audit_row("x-1", "Orders.PlaceOrder", "web", "sales", "x", None,
+                      midnight - timedelta(seconds=10), 5.0, 50.0)
+    # Conversation y: its follow-up arrives first, its first message a run later.
+    follow = audit_row("y-2", "Orders.OrderPlaced", "sales", "billing", "y", "y-1",
+                       midnight + timedelta(hours=2), 5.0, 50.0)
+    await insert(database_dsn, [*day1, cross, follow])
+    report(spark, database_dsn, tmp_path)
+    started = {row["conversation_id"]: row["day"]
+               for row in table(spark, tmp_path, "conversations")}
+    assert started["y"] == "2026-03-03"
+    await insert(database_dsn, [
+        audit_row("x-2", "Orders.OrderPlaced", "sales", "billing", "x", "x-1",
+                  midnight + timedelta(seconds=20), 5.0, 25.0),
+        audit_row("y-1", "Orders.PlaceOrder", "web", "sales", "y", None,
+                  midnight - timedelta(minutes=5), 5.0, 50.0),
+        *orders("d", midnight + timedelta(hours=9), 3)],
+        [error_row(1, "Orders.OrderPlaced", "sales", "billing",
+                   midnight + timedelta(minutes=3), "System.TimeoutException", "late",
+                   conversation="x")])
+    second = report(spark, database_dsn, tmp_path)
+    assert second.days == ["2026-03-02", "2026-03-03"]
+    conversations = {row["conversation_id"]: row
+                     for row in table(spark, tmp_path, "conversations")}
+    assert len(conversations) == 15  # c-0..9, x, y, d-0..2: each once
+    by_day: dict[str, list[str]] = defaultdict(list)
+    for name, row in conversations.items():
+        by_day[row["day"]].append(name)
+    assert sorted(by_day["2026-03-02"]) == sorted([f"c-{i}" for i in range(10)] + ["x", "y"])
+    assert sorted(by_day["2026-03-03"]) == ["d-0", "d-1", "d-2"]
+    x = conversations["x"]
+    assert (x["messages"], x["failed"], x["endpoints"]) == (2, 1, ["billing", "sales"])
+    assert x["duration_ms"] == pytest.approx(30_050.0)
+    y = conversations["y"]
+    assert (y["messages"], y["initiating_type"]) == (2, "Orders.PlaceOrder")
+
+
+async def test_a_run_stopped_before_its_horizon_is_rerun_idempotently(
+        spark: SparkSession, database_dsn: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    await insert(database_dsn, orders("a", DAY1 + timedelta(hours=10), 5))
+    report(spark, database_dsn, tmp_path)
+    await insert(database_dsn, [*orders("b", DAY1 + timedelta(hours=11), 4),
+                                *orders("c", DAY1 + timedelta(days=1), 2)])
+
+    class Stopped(Exception):
+        pass
+
+    def stopped(root: Path, manifest: extract.Manifest) -> None:
+        raise Stopped("stopped between the partitions and the horizon")
+
+    monkeypatch.setattr(extract, "save", stopped)
+    with pytest.raises(Stopped):
+        report(spark, database_dsn, tmp_path)
+    monkeypatch.undo()
+    # The partitions of the stopped run are out; its extract files are not listed.
+    assert day_counts(spark, tmp_path) == {"2026-03-02": 9, "2026-03-03": 2}
+    assert len(list((tmp_path / "extract" / "audit").glob("day=*/*.parquet"))) > len(
+        extract.load(tmp_path / "extract").files["audit"])
+    rerun = report(spark, database_dsn, tmp_path)
+    assert rerun.audit_rows == 6
+    assert day_counts(spark, tmp_path) == {"2026-03-02": 9, "2026-03-03": 2}
+    listed = extract.load(tmp_path / "extract").files["audit"]
+    assert sorted(str(p.relative_to(tmp_path / "extract"))
+                  for p in (tmp_path / "extract" / "audit").glob("day=*/*.parquet")) == \
+        sorted(listed)
+    rows = spark.read.parquet(*(str(tmp_path / "extract" / name) for name in listed))
+    assert rows.count() == 11 == rows.select("message_id").distinct().count()
+
+
+def week(seed: int = 11) -> list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]]:
+    """A generated week, as the rows ingestion writes on each of its seven days: saga-like
+    conversations of one to four messages (many across midnight), failures, retries, and 5%
+    of the rows written a day late."""
+    rng = random.Random(seed)
+    endpoints = ("web", "sales", "billing", "shipping")
+    types = ("Orders.PlaceOrder", "Orders.OrderPlaced", "Billing.Billed", "Ship.Shipped")
+    batches: list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]] = [
+        ([], []) for _ in range(7)]
+
+    def batch(moment: datetime) -> int:
+        index = (moment - DAY1).days + (1 if rng.random() < 0.05 else 0)
+        return max(0, min(6, index))
+
+    seq = 0
+    for number in range(360):
+        conversation = f"w-{number}"
+        moment = DAY1 + timedelta(seconds=rng.uniform(0, 6.9 * 86400))
+        parent = None
+        for step in range(rng.randint(1, 4)):
+            critical = rng.uniform(5, 4000)
+            processing = critical * rng.uniform(0.05, 0.9)
+            ended = moment + timedelta(milliseconds=critical)
+            message = f"{conversation}-{step}"
+            row = audit_row(message, types[step], endpoints[step], endpoints[step + 1]
+                            if step < 3 else "notifications", conversation, parent, ended,
+                            processing, critical, rng.choice((0, 0, 0, 1, 2)))
+            batches[batch(ended)][0].append(row)
+            if rng.random() < 0.08:
+                seq += 1
+                failed_at = ended + timedelta(seconds=rng.uniform(1, 300))
+                batches[batch(failed_at)][1].append(error_row(
+                    seq, types[step], endpoints[step], endpoints[min(step + 1, 3)], failed_at,
+                    rng.choice(("System.TimeoutException", "Billing.Declined")),
+                    f"failed #{seq % 3}\n   at Handler.Handle()", conversation=conversation))
+            parent = message
+            moment = ended + timedelta(seconds=rng.uniform(0, 4 * 3600))
+    return batches
+
+
+def rank_ok(values: list[float], found: float, p: float) -> bool:
+    """``found`` has a rank within the sketch's stated error of ``p`` (nearest rank)."""
+    ordered = sorted(values)
+    low = sum(v < found for v in ordered) / len(ordered)
+    high = sum(v <= found for v in ordered) / len(ordered)
+    slack = RANK_ERROR + 1 / len(ordered)
+    return low - slack <= p <= high + slack
+
+
+async def test_a_week_day_by_day_equals_one_run_over_the_same_rows(
+        spark: SparkSession, database_dsn: str, tmp_path: Path) -> None:
+    nightly, whole = tmp_path / "nightly", tmp_path / "whole"
+    batches = week()
+    connection = await asyncpg.connect(database_dsn)
+    await OperationalData("public").setup(connection)
+    await connection.close()
+    for audit, errors in batches:
+        await insert(database_dsn, audit, errors)
+        report(spark, database_dsn, nightly)
+    full = report(spark, database_dsn, whole)
+    assert full.audit_rows == sum(len(audit) for audit, _ in batches)
+    for name in TABLES:
+        assert table(spark, nightly, name) == table(spark, whole, name), name
+    last = report(spark, database_dsn, nightly)
+    for result in (last, full):
+        job.page_figures(spark, result)
+    assert last.summary == full.summary
+    assert last.edges == full.edges
+    assert last.slowest == full.slowest
+    assert last.exceptions == full.exceptions
+    values: dict[str, list[float]] = defaultdict(list)
+    for audit, _ in batches:
+        for record in audit:
+            values[record[5]].append(record[13])  # processing endpoint, critical time
+    for total in full.summary:
+        if total["message_type"] is None:
+            for label, p in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99)):
+                assert rank_ok(values[total["endpoint"]], total[f"critical_ms_{label}"], p)
+    assert not math.isnan(full.summary[0]["per_second"])
+
+
+def in_thread(coroutine: Any) -> None:
+    """Run a coroutine to its end from code that may be on an event loop's thread."""
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, coroutine).result()
+
+
+def test_the_nightly_command_and_follow(spark: SparkSession, database_dsn: str,
+                                        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """The cron line's command (docs/analytics.md, "A schedule") twice around new rows, then
+    ``--follow`` for two rounds with rows arriving between them."""
+    out = tmp_path / "report"
+    monkeypatch.setenv("ENDPOINT_RUNTIME_DSN", database_dsn)
+    in_thread(insert(database_dsn, orders("n", DAY1 + timedelta(hours=1), 5)))
+    assert main(["report", "--out", str(out)]) == 0
+    in_thread(insert(database_dsn, orders("m", DAY1 + timedelta(hours=2), 3)))
+    assert main(["report", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert f"summary: {out / 'summary.json'}" in printed.out.splitlines()
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    assert (summary["audit_rows"], summary["days"]) == (3, ["2026-03-02"])
+    assert day_counts(spark, out) == {"2026-03-02": 8}
+    rounds: list[ReportResult] = []
+
+    def arrive(result: ReportResult) -> None:
+        rounds.append(result)
+        in_thread(insert(database_dsn, orders(f"f{len(rounds)}", DAY1 + timedelta(days=1),
+                                              2)))
+
+    options = ReportOptions(dsn=database_dsn, out=out, render=False, follow=0.01)
+    job.follow(options, 0.01, spark, rounds=2, after_round=arrive)
+    assert [r.audit_rows for r in rounds] == [0, 2]
+    assert day_counts(spark, out) == {"2026-03-02": 8, "2026-03-03": 2}
+
+
+async def test_null_timestamps_are_skipped_and_counted(
+        spark: SparkSession, database_dsn: str, tmp_path: Path) -> None:
+    rows = orders("ok", DAY1 + timedelta(hours=3), 4)
+    no_end = list(orders("no-end", DAY1, 1)[0])
+    no_end[11] = None  # processing_ended: in no figure
+    no_sent = list(orders("no-sent", DAY1 + timedelta(hours=3), 1)[0])
+    no_sent[9] = no_sent[10] = None  # time_sent, processing_started: counted, no durations
+    no_sent[12] = no_sent[13] = None
+    failure = list(error_row(1, "Orders.PlaceOrder", "web", "sales", DAY1, "E", "m"))
+    failure[13] = None  # time_of_failure
+    await insert(database_dsn, [*rows, tuple(no_end), tuple(no_sent)], [tuple(failure)])
+    result = run_report(ReportOptions(dsn=database_dsn, out=tmp_path), spark)
+    assert result.null_counts == {
+        "audit_log.processing_ended": 1, "audit_log.time_sent": 1,
+        "audit_log.processing_started": 1, "error_log.time_of_failure": 1}
+    assert day_counts(spark, tmp_path) == {"2026-03-02": 5}
+    (total,) = [row for row in result.summary if row["message_type"] is None]
+    assert (total["processed"], total["failed"], total["critical_ms_p50"]) == (5, 0, 50.0)
+    assert len(table(spark, tmp_path, "conversations")) == 5
+    page = result.html.read_text(encoding="utf-8")
+    assert "rows with NULL audit_log.processing_ended" in page
+    summary = json.loads((tmp_path / "summary.json").read_text(encoding="utf-8"))
+    assert summary["null_counts"] == result.null_counts
