@@ -36,7 +36,7 @@ from endpoint_runtime.connection_budget import (
 )
 from endpoint_runtime.embedded import RedactedDsn, resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
-from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError
+from endpoint_runtime.errors import ConfigurationError, ResourcesUnavailableError
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import subscription_store
@@ -82,7 +82,7 @@ class EndpointDeployment:
         by default it runs on the driver's node. Receivers are placed by the settings'
         ``receiver_resources`` (default: spread over the nodes). A resource that no live node
         (nor a node type of the autoscaler's configuration) has raises
-        :class:`ResourcesUnavailable` at once. ``prepared``: :func:`prepare_endpoint` ran
+        :class:`ResourcesUnavailableError` at once. ``prepared``: :func:`prepare_endpoint` ran
         already (tables and subscriptions are there).
         """
         if isinstance(endpoint, str):
@@ -222,14 +222,9 @@ def _some_live_node_has(resources: dict[str, float]) -> bool:
     return bool(live_nodes(resources))
 
 
-class ResourcesUnavailable(EndpointRuntimeError):
-    """No live node of the Ray cluster (nor a node type the autoscaler may start) has the
-    custom resources a deployment's peeker or receivers ask for: they could never start."""
-
-
 def check_placement(settings: EndpointSettings,
                     peeker_resources: dict[str, float] | None) -> None:
-    """Raise :class:`ResourcesUnavailable`, naming the resources, when the receivers'
+    """Raise :class:`ResourcesUnavailableError`, naming the resources, when the receivers'
     ``receiver_resources`` or the peeker's resources fit no live node and no node type of
     the autoscaler's configuration (read on the head, where ``ray up`` writes it)."""
     import ray
@@ -241,7 +236,7 @@ def check_placement(settings: EndpointSettings,
                           ("peeker_resources", peeker_resources or {})):
         problem = scaling.unsatisfiable(request, nodes, node_types)
         if problem is not None:
-            raise ResourcesUnavailable(f"{what} {json.dumps(request)}: {problem}")
+            raise ResourcesUnavailableError(f"{what} {json.dumps(request)}: {problem}")
 
 
 async def deployment_settings(endpoint: Endpoint, settings: EndpointSettings | None = None,

@@ -6,6 +6,7 @@ Every exception the runtime raises on purpose derives from :class:`EndpointRunti
     ├── ConfigurationError (also ValueError)      bad settings, bad registration
     │   └── InvalidQueueNameError                 a queue name that cannot be a table name
     ├── DatabaseUnavailableError                  no PostgreSQL could be reached or started
+    ├── ResourcesUnavailableError                 no Ray node has the resources a deployment asks
     ├── QueueNotFoundError                        send to, or peek at, a queue that does not exist
     ├── NotAQueueError                            send to a table that is not a queue table
     ├── MessageError
@@ -35,6 +36,11 @@ class EndpointRuntimeError(Exception):
 
 class ConfigurationError(EndpointRuntimeError, ValueError):
     """A setting, a handler registration or an argument is invalid."""
+
+
+class ResourcesUnavailableError(EndpointRuntimeError):
+    """No live node of the Ray cluster (nor a node type the autoscaler may start) has the
+    custom resources a deployment's peeker or receivers ask for: they could never start."""
 
 
 class InvalidQueueNameError(ConfigurationError):

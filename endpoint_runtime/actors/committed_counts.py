@@ -20,6 +20,7 @@ Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 
 import asyncpg
@@ -35,6 +36,10 @@ log = structlog.get_logger("endpoint_runtime.receiver")
 
 KEEP_FOR_SECONDS = 7 * 86_400.0
 """A deployment's rows are removed once it has committed nothing for this long."""
+ROW_CHECK_SECONDS = 3_600.0
+"""A receiver makes sure of a slot's row (and marks it alive) when a slot of that number opens
+and it last did so longer ago than this: a row removed while its deployment sat idle comes
+back before the next count, which would otherwise update nothing."""
 
 __all__ = [
     "KEEP_FOR_SECONDS", "CommittedCounts", "ReceiverCounts", "clean_up", "counts_table",
@@ -77,7 +82,8 @@ async def clean_up(source: asyncpg.Pool | DatabaseConnection, table: QueueAddres
 class ReceiverCounts:
     """A receiver's rows: it numbers its running slots (the lowest number free first, so a
     receiver has at most as many rows as it ever ran slots at once) and gives each slot the
-    row of its number. Without a deployment id it counts nothing."""
+    row of its number, made before the slot's first round (:meth:`ensure_row`). Without a
+    deployment id it counts nothing."""
 
     def __init__(self, table: QueueAddress, *, deployment_id: str, receiver_id: str,
                  node_id: str) -> None:
@@ -86,6 +92,8 @@ class ReceiverCounts:
         self._receiver_id = receiver_id
         self._node_id = node_id
         self._numbers: set[int] = set()
+        self._rows_checked: dict[int, float] = {}
+        """Slot number: when its row was last made sure of (monotonic seconds)."""
 
     def slot_opened(self, slot: ReceiveSlot) -> int:
         """Number ``slot`` and have it count in its row; returns its number."""
@@ -96,6 +104,17 @@ class ReceiverCounts:
                 self.table, deployment_id=self._deployment_id, receiver_id=self._receiver_id,
                 slot=number, node_id=self._node_id))
         return number
+
+    async def ensure_row(self, slot: ReceiveSlot, number: int,
+                         connection: DatabaseConnection) -> None:
+        """Make sure of the row of slot ``number`` on ``connection`` (before the slot's first
+        round), unless done in the last :data:`ROW_CHECK_SECONDS`."""
+        checked = self._rows_checked.get(number)
+        now = time.monotonic()
+        if checked is not None and now - checked < ROW_CHECK_SECONDS:
+            return
+        await slot.counts.ensure_row(connection)
+        self._rows_checked[number] = now
 
     def slot_closed(self, number: int) -> None:
         self._numbers.discard(number)

@@ -304,6 +304,11 @@ class Receiver:
         slot = self._strategy.open_slot(connection)
         number = self._counts.slot_opened(slot)
         try:
+            try:
+                await self._counts.ensure_row(slot, number, connection)
+            except Exception as exc:
+                await self._back_off(exc)
+                return
             while not self._draining and len(self._slots) <= self._effective_allowance:
                 self._in_flight += 1
                 try:

@@ -11,7 +11,8 @@ A conversation belongs to the day it started. An incremental run rewrites a day 
 finds the conversations its new rows touch, the days they started on before and after them
 (:func:`touched_days`), and recomputes every conversation of those days from the extract's
 rows (:func:`conversations_of_days`): every row of a conversation that started on day d ended
-on d or later, so the conversations of d are found among the rows of those days.
+on d or later, so the conversations of d are found, whole, among the rows of those days
+(those with a row on an earlier day started earlier, and are left out).
 """
 
 from __future__ import annotations
@@ -89,9 +90,13 @@ def conversations_of_days(audit: DataFrame, errors: DataFrame,
     if not days:
         return conversations(audit.limit(0), errors.limit(0))
     earliest = (date.fromisoformat(min(days)) - timedelta(days=1)).isoformat()  # clock skew
-    candidates = (audit.where(F.col("day") >= earliest).select("conversation_id")
-                  .where(F.col("conversation_id").isNotNull()).distinct())
-    rows = audit.join(candidates, "conversation_id", "left_semi")
+    recent = audit.where(F.col("day") >= earliest)
+    # A conversation with a row on an earlier day started before ``days``: left out, so
+    # that the rest have all their rows among the recent ones (one column read before).
+    before = audit.where(F.col("day") < earliest).select("conversation_id")
+    candidates = (recent.select("conversation_id").where(F.col("conversation_id").isNotNull())
+                  .distinct().join(before, "conversation_id", "left_anti"))
+    rows = recent.join(candidates, "conversation_id", "left_semi")
     failed = errors.join(candidates, "conversation_id", "left_semi")
     return conversations(rows, failed).where(F.col("day").isin(sorted(days)))
 

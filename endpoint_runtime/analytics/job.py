@@ -44,7 +44,7 @@ from endpoint_runtime.analytics.conversations import (
 from endpoint_runtime.analytics.failures import exceptions_by_day, top_exceptions
 from endpoint_runtime.analytics.jdbc import jdbc_target
 from endpoint_runtime.analytics.measures import day
-from endpoint_runtime.analytics.minutes import minute_stats
+from endpoint_runtime.analytics.minutes import hour_stats, minute_stats
 from endpoint_runtime.analytics.options import ReportOptions
 from endpoint_runtime.analytics.prerequisites import check
 from endpoint_runtime.analytics.progress import Progress
@@ -55,7 +55,7 @@ from endpoint_runtime.analytics.timeline import Point, bucket_seconds, by_endpoi
 from endpoint_runtime.errors import ConfigurationError
 
 STAGES = 8
-TABLES = ("minutes", "exceptions", "flow_edges", "conversations")
+TABLES = ("minutes", "hours", "exceptions", "flow_edges", "conversations")
 NULLABLE_TIMES = {"audit_log": ("time_sent", "processing_started", "processing_ended"),
                   "error_log": ("time_sent", "time_of_failure")}
 """Timestamp columns whose NULLs are counted (a row without its table's time is skipped)."""
@@ -161,7 +161,7 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
             manifest, inputs, publish_days, conversation_days = _incremental(
                 spark, reader, result, progress)
         _size_shuffles(spark, options, result)
-        _aggregate(inputs, result, publish_days, conversation_days, progress)
+        _aggregate(spark, inputs, result, publish_days, conversation_days, progress)
         if manifest is not None:
             dropped: list[str] = []
             if options.keep_days is not None:
@@ -329,14 +329,19 @@ def _only(frame: DataFrame, days: set[str] | None) -> DataFrame:
     return frame if days is None else frame.where(F.col("day").isin(sorted(days)))
 
 
-def _aggregate(inputs: Inputs, result: ReportResult, days: set[str] | None,
+def _aggregate(spark: SparkSession, inputs: Inputs, result: ReportResult,
+               days: set[str] | None,
                conversation_days: set[str] | None, progress: Progress) -> None:
     parquet = result.parquet
     audit = _only(inputs.audit, days)
     errors = _only(inputs.errors, days)
     written: set[str] = set()
-    with progress.stage("minutes", "per endpoint, message type and minute"):
+    with progress.stage("minutes", "per endpoint, message type, minute and hour"):
         written.update(outputs.publish(minute_stats(audit, errors), parquet / "minutes", days))
+        published = outputs.read(spark, parquet / "minutes")
+        assert published is not None  # just written
+        hours = hour_stats(_only(published, days))
+        written.update(outputs.publish(hours, parquet / "hours", days))
     with progress.stage("exceptions", "exceptions per endpoint and day"):
         written.update(outputs.publish(exceptions_by_day(errors), parquet / "exceptions", days))
     with progress.stage("flow", "conversation flow graph per day"):
@@ -351,23 +356,25 @@ def _aggregate(inputs: Inputs, result: ReportResult, days: set[str] | None,
 def page_figures(spark: SparkSession, result: ReportResult) -> None:
     """The page's figures from the Parquet tables: every day the output holds."""
     tables = {name: outputs.read(spark, result.parquet / name) for name in TABLES}
-    minutes = tables["minutes"]
-    if minutes is None:
+    minutes, hours = tables["minutes"], tables["hours"]
+    if minutes is None or hours is None:
         return
-    minutes = minutes.cache()
+    hours = hours.cache()
     first, last = minutes.agg(F.min("minute"), F.max("minute")).first() or (None, None)
     if first is not None and last is not None:
         result.window = (utc(first), utc(last))
         result.bucket_seconds = bucket_seconds(first, last)
-        for row in by_endpoint(minutes, result.bucket_seconds).collect():
+        series = by_endpoint(hours, result.bucket_seconds, "hour") \
+            if result.bucket_seconds >= 3600 else by_endpoint(minutes, result.bucket_seconds)
+        for row in series.collect():
             result.timeline.setdefault(row["endpoint"], []).append(
                 point(row.asDict(), utc(row["bucket"])))
         buckets = [p.bucket for points in result.timeline.values() for p in points]
         result.timeline = {name: filled(points, min(buckets), max(buckets),
                                         result.bucket_seconds)
                            for name, points in result.timeline.items()}
-    result.summary = _rows(endpoint_summary(minutes))
-    minutes.unpersist()
+    result.summary = _rows(endpoint_summary(hours))
+    hours.unpersist()
     if tables["exceptions"] is not None:
         result.exceptions = _rows(top_exceptions(tables["exceptions"]))
     if tables["flow_edges"] is not None:

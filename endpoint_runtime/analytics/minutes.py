@@ -11,7 +11,7 @@ from these rows (:mod:`endpoint_runtime.analytics.summary`).
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from endpoint_runtime.analytics.measures import (
@@ -21,6 +21,7 @@ from endpoint_runtime.analytics.measures import (
     duration_quantiles,
     duration_sketches,
     failed_endpoint,
+    merged_durations,
     message_type,
 )
 
@@ -69,3 +70,21 @@ def minute_stats(audit: DataFrame, errors: DataFrame) -> DataFrame:
         "first_ended", "last_ended",
         *(name for name, _ in MEASURES),
     )
+
+
+def hour_stats(minutes: DataFrame) -> DataFrame:
+    """The per-minute rows merged per hour (the sketches merge): the page's summary and the
+    plots of long periods read these, a sixtieth of the rows."""
+    keys: list[Column | str] = ["day", F.date_trunc("hour", F.col("minute")).alias("hour"),
+                                "endpoint", "message_type"]
+    grouped = minutes.groupBy(*keys).agg(
+        F.sum("processed").alias("processed"), F.sum("failed").alias("failed"),
+        F.sum("retries").alias("retries"), F.sum("retried").alias("retried"),
+        F.min("first_ended").alias("first_ended"), F.max("last_ended").alias("last_ended"),
+        *merged_durations())
+    return grouped.select(
+        "day", "hour", "endpoint", "message_type", "processed",
+        (F.col("processed") / F.lit(3600.0)).alias("per_second"), *duration_quantiles(),
+        "retries", "retried", "failed",
+        (F.col("failed") / (F.col("processed") + F.col("failed"))).alias("failure_rate"),
+        "first_ended", "last_ended", *(name for name, _ in MEASURES))

@@ -33,7 +33,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
 from endpoint_runtime.analytics.timeline import Point
 from endpoint_runtime.analytics.units import count, duration, rate
@@ -153,7 +153,7 @@ def throughput(timeline: Mapping[str, Sequence[Point]], path: Path, seconds: int
         axes.plot(_times(points), values, color=colour, linewidth=1.2,
                   marker="o" if len(points) < 30 else None, markersize=3)
         axes.set_ylim(bottom=0, top=max(max(values, default=0) * 1.15, 1e-9))
-        axes.yaxis.set_major_formatter(FuncFormatter(lambda v, _: rate(v)))
+        axes.yaxis.set_major_formatter(_rate_axis(max(values, default=0.0)))
         total = sum(p.processed for p in points)
         _panel_title(axes, name, colour,
                      f"{count(total)} processed, peak {rate(max(values, default=0.0))}")
@@ -193,11 +193,19 @@ def durations(timeline: Mapping[str, Sequence[Point]], path: Path, seconds: int,
     return _small_multiples(timeline, path, seconds, title, draw, columns=len(measures))
 
 
+def _rate_axis(highest: float) -> FuncFormatter:
+    """Tick labels in one unit for the whole axis: msg/s, msg/min or msg/h by its top."""
+    scale, unit = (1, "msg/s") if highest >= 1 else (60, "msg/min") if highest * 60 >= 1 \
+        else (3600, "msg/h")
+    return FuncFormatter(lambda v, _: f"{v * scale:.3g} {unit}" if v else "0")
+
+
 def _bars(axes: Axes, points: Sequence[Point], values: Sequence[int], seconds: int,
           colour: str) -> None:
     """Counts per bucket as bars a bucket wide, from zero, in whole-number units."""
     axes.bar(_times(points), values, width=seconds / 86400 * 0.9, align="edge", color=colour)
     axes.set_ylim(bottom=0, top=max(max(values, default=0) * 1.2, 1))
+    axes.yaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
     axes.yaxis.set_major_formatter(FuncFormatter(lambda v, _: count(v)))
 
 

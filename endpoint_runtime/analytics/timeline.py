@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from endpoint_runtime.analytics.measures import duration_quantiles, merged_durations
 
-MAX_POINTS = 360
+MAX_POINTS = 200
 BUCKETS = (60, 300, 600, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 7 * 86400)
 DURATIONS = ("processing_ms", "critical_ms", "wait_ms")
 LABELS = ("p50", "p95", "p99")
@@ -51,11 +51,12 @@ def bucket_seconds(first: datetime, last: datetime) -> int:
     return BUCKETS[-1]
 
 
-def by_endpoint(minutes: DataFrame, seconds: int) -> DataFrame:
-    """Per endpoint and bucket: counts and merged duration percentiles (one pass)."""
+def by_endpoint(rows: DataFrame, seconds: int, time_column: str = "minute") -> DataFrame:
+    """Per endpoint and bucket: counts and merged duration percentiles (one pass) from the
+    per-minute (or, for buckets of an hour or more, per-hour) rows."""
     start = F.timestamp_seconds(
-        F.floor(F.unix_seconds(F.col("minute")) / seconds) * seconds).alias("bucket")
-    grouped = minutes.groupBy("endpoint", start).agg(
+        F.floor(F.unix_seconds(F.col(time_column)) / seconds) * seconds).alias("bucket")
+    grouped = rows.groupBy("endpoint", start).agg(
         F.sum("processed").alias("processed"), F.sum("failed").alias("failed"),
         F.sum("retries").alias("retries"), *merged_durations())
     return grouped.select(

@@ -26,13 +26,12 @@ from endpoint_runtime.cli.run import deployment_overrides
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.deployment import (
     EndpointDeployment,
-    ResourcesUnavailable,
     check_placement,
     deployment_settings,
     prepare_endpoint,
 )
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
-from endpoint_runtime.errors import EndpointRuntimeError
+from endpoint_runtime.errors import EndpointRuntimeError, ResourcesUnavailableError
 from endpoint_runtime.installation import EndpointTables
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.settings import EndpointSettings
@@ -59,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         options = parse(argv)
         return asyncio.run(submit(options))
-    except ResourcesUnavailable as exc:
+    except ResourcesUnavailableError as exc:
         print(f"submit: error: {exc}", file=sys.stderr, flush=True)
         return 1
     except EndpointRuntimeError as exc:

@@ -9,7 +9,9 @@ counts: the count commits exactly when that work does, and costs no round trip. 
 deployment are summed by :func:`endpoint_runtime.actors.committed_counts.read_committed`.
 
 A row per slot, not per receiver: a row is locked from its update until the COMMIT has been
-flushed, and slots sharing a row would wait for each other's flushes.
+flushed, and slots sharing a row would wait for each other's flushes. The row is made before
+the slot's first count (:meth:`SlotCounts.ensure_row`, once per slot number and hour in a
+receiver: see ``actors.committed_counts.ReceiverCounts``); the counts are plain UPDATEs of it.
 
 Without a deployment (a strategy driven directly, as the integration tests do) a slot counts
 nothing: :data:`NO_COUNTS`.
@@ -18,6 +20,7 @@ Example::
 
     counts = SlotCounts(counts_table(endpoint.address), deployment_id="d1",
                         receiver_id="sales-1a2b", slot=0, node_id="local")
+    await counts.ensure_row(connection)
     statement = await counts.statement(connection, processed=1)
     await connection.execute(f"{statement}; COMMIT")
 """
@@ -25,6 +28,7 @@ Example::
 from __future__ import annotations
 
 import functools
+import re
 
 from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
@@ -32,7 +36,8 @@ from endpoint_runtime.transport.connection import DatabaseConnection, prepared_n
 from endpoint_runtime.transport.literals import text_literal
 from endpoint_runtime.transport.queues import ddl_lock
 
-COUNT_PARAMETER_TYPES = "text, text, integer, text, bigint, bigint"
+COUNT_PARAMETER_TYPES = "text, text, integer, bigint, bigint"
+_PARAMETER = re.compile(r"\$(\d)")
 
 
 def counts_table(endpoint: QueueAddress) -> QueueAddress:
@@ -64,24 +69,30 @@ class SlotCounts:
                  slot: int, node_id: str) -> None:
         self.table = table
         self._count = statements(table)["count"]
-        self._key = ", ".join(
-            [text_literal(deployment_id), text_literal(receiver_id), str(int(slot)),
-             text_literal(node_id)])
+        self._ensure_row = statements(table)["ensure_row"]
+        self._key = [deployment_id, receiver_id, int(slot)]
+        self._node_id = node_id
+        self._literals = [text_literal(deployment_id), text_literal(receiver_id), str(int(slot))]
+
+    async def ensure_row(self, connection: DatabaseConnection) -> None:
+        """Make the row (counting nothing) unless it exists, and mark it alive: one
+        statement, outside any transaction, before the slot's first count."""
+        await connection.execute(self._ensure_row, *self._key, self._node_id)
 
     async def statement(self, connection: DatabaseConnection, *, processed: int = 0,
                         failed: int = 0) -> str:
-        """The statement that adds ``processed`` and ``failed`` to the row (created by its
-        first count), to send before the COMMIT; ``""`` when there is nothing to add. The
-        first call on a connection prepares the statement in its session (one round trip,
+        """The statement that adds ``processed`` and ``failed`` to the row (made by
+        :meth:`ensure_row`), to send before the COMMIT; ``""`` when there is nothing to add.
+        The first call on a connection prepares the statement in its session (one round trip,
         once per session)."""
         if not processed and not failed:
             return ""
         name = await prepared_name(connection, self._count, COUNT_PARAMETER_TYPES)
-        values = f"{self._key}, {int(processed)}, {int(failed)}"
+        literals = [*self._literals, str(int(processed)), str(int(failed))]
         if name is None:  # a connection that does not track its prepared statements
-            text = self._count.replace("$1, $2, $3, $4, $5, $6", values)
+            text = _PARAMETER.sub(lambda m: literals[int(m.group(1)) - 1], self._count)
             return text.strip().rstrip(";")
-        return f"EXECUTE {name}({values})"
+        return f"EXECUTE {name}({', '.join(literals)})"
 
 
 class NoCounts(SlotCounts):
@@ -89,6 +100,9 @@ class NoCounts(SlotCounts):
 
     def __init__(self) -> None:
         pass
+
+    async def ensure_row(self, connection: DatabaseConnection) -> None:
+        return None
 
     async def statement(self, connection: DatabaseConnection, *, processed: int = 0,
                         failed: int = 0) -> str:

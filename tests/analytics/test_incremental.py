@@ -29,7 +29,7 @@ from endpoint_runtime.ingestion.storage import AUDIT_FIELDS, OperationalData
 from tests.analytics.audit_set import audit_row, error_row, insert
 
 DAY1 = datetime(2026, 3, 2, tzinfo=UTC)
-TABLES = ("minutes", "exceptions", "flow_edges", "conversations")
+TABLES = ("minutes", "hours", "exceptions", "flow_edges", "conversations")
 
 
 def report(spark: SparkSession, dsn: str, out: Path) -> ReportResult:

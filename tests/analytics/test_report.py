@@ -211,7 +211,7 @@ async def test_an_empty_database_gives_an_empty_report(
         assert "none" in result.html.read_text(encoding="utf-8")
         assert all((out / "plots" / name).stat().st_size > 1000 for name in PLOTS)
         # Readable, empty tables with their columns (not folders without files).
-        for table in ("minutes", "exceptions", "flow_edges", "conversations"):
+        for table in ("minutes", "hours", "exceptions", "flow_edges", "conversations"):
             frame = spark.read.parquet(str(out / "parquet" / table))
             assert frame.count() == 0, (attempt, table)
             assert "day" in frame.columns
@@ -224,16 +224,16 @@ def test_an_ad_hoc_window_never_writes_into_an_incremental_output(
 
 
 def test_plot_series_have_every_bucket(report: ReportResult) -> None:
-    # 23 hours of data: 5-minute buckets; empty ones count 0 messages and no failure rate.
-    assert report.bucket_seconds == 300
+    # 23 hours of data: 10-minute buckets; empty ones count 0 messages and no failure rate.
+    assert report.bucket_seconds == 600
     sales, billing = report.timeline["sales"], report.timeline["billing"]
-    assert len(sales) == len(billing) == 23 * 12 + 1
+    assert len(sales) == len(billing) == 23 * 6 + 1
     assert (sales[0].bucket, sales[0].processed, sales[0].failed, sales[0].retries) == (
         DAY1, 100, 1, 10)
-    assert sales[0].per_second == pytest.approx(100 / 300)
+    assert sales[0].per_second == pytest.approx(100 / 600)
     assert sales[0].failure_rate == pytest.approx(1 / 101)
     assert sales[0].duration("processing_ms") == (50.0, 95.0, 99.0)
-    assert billing[0].per_second == pytest.approx(50 / 300)
+    assert billing[0].per_second == pytest.approx(50 / 600)
     assert billing[0].failure_rate == pytest.approx(5 / 55)
     assert billing[0].duration("wait_ms") == (18.0, 18.0, 18.0)
     assert (sales[1].per_second, sales[1].processed) == (0.0, 0)

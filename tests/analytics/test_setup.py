@@ -124,7 +124,7 @@ def test_plot_buckets_keep_series_short() -> None:
 
     start = datetime(2026, 1, 1, tzinfo=UTC)
     assert bucket_seconds(start, start + timedelta(hours=2)) == 60
-    assert bucket_seconds(start, start + timedelta(days=7)) == 1800
+    assert bucket_seconds(start, start + timedelta(days=7)) == 3600
     for days in (1, 30, 365, 3650):
         seconds = bucket_seconds(start, start + timedelta(days=days))
         assert days * 86400 / seconds <= MAX_POINTS or seconds == 7 * 86400

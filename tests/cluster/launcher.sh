@@ -10,9 +10,10 @@
 #                                             user and every file setup made
 #   sudo tests/cluster/launcher.sh test       the page's steps on a fresh database: setup, ray
 #                                             up, install, send, submit, a worker's raylet
-#                                             killed mid-drain, ray down, teardown --purge;
-#                                             then nothing of the cluster may remain. Run by
-#                                             .ci/run.
+#                                             killed mid-drain, ray down (racing the
+#                                             autoscaler's restart of the other worker),
+#                                             teardown --purge; then nothing of the cluster
+#                                             may remain. Run by .ci/run.
 #
 # Root safety: setup's own files live in a directory made by `mktemp -d` (root, 0700) whose
 # path is kept in /run (root-only); the paths other users could make first (Ray's fixed SSH
@@ -28,7 +29,8 @@ cd "$(dirname "$0")/../.."
 
 CLUSTER_USER=ercluster
 HOSTS=(127.0.0.2 127.0.0.3 127.0.0.4)  # ray_cluster.yaml's head_ip and worker_ips
-KILLED_HOST=127.0.0.4                  # the worker whose raylet the test kills
+KILLED_HOST=127.0.0.4                  # the worker whose raylet the test kills mid-drain
+RACED_HOST=127.0.0.3                   # the worker being started again when ray down runs
 RECORD=${LAUNCHER_RECORD:-/run/endpoint-runtime-launcher}  # root-only: names the state dir
 INVOKER=${SUDO_USER:-$(id -un)}
 INVOKER_HOME=$(getent passwd "$INVOKER" | cut -d: -f6)
@@ -415,6 +417,26 @@ run_test() {
   # The page's last steps: stop the embedded PostgreSQL, ray down, teardown.
   cluster ray exec ray_cluster.yaml "endpoint-runtime --config $config db stop" \
     >"$log/db-stop.log" 2>&1 || true
+  # `ray down` racing the autoscaler as it starts a lost node again: the other worker's
+  # raylet killed, `ray down` as soon as that node's `ray start` runs.
+  raylet=$(pgrep -u "$CLUSTER_USER" -f "raylet/raylet .*--node_ip_address=$RACED_HOST " | head -1 || true)
+  if [ -n "$raylet" ]; then
+    kill -9 "$raylet"
+    say "killed the raylet of $RACED_HOST (pid $raylet) after $(seconds_since "$started") s"
+    local restarting=""
+    for _ in $(seq 90); do
+      restarting=$(pgrep -u "$CLUSTER_USER" -f "ray start .*--node-ip-address=$RACED_HOST" || true)
+      [ -n "$restarting" ] && break
+      sleep 1
+    done
+    if [ -n "$restarting" ]; then
+      say "the autoscaler is starting $RACED_HOST again ($(seconds_since "$started") s in)"
+    else
+      say "FAILED: the autoscaler did not start $RACED_HOST again within 90 s"; status=1
+    fi
+  else
+    say "FAILED: no raylet of $RACED_HOST to kill before ray down"; status=1
+  fi
   say "ray down after $(seconds_since "$started") s"
   cluster ray down -y ray_cluster.yaml >"$log/down.log" 2>&1 \
     || { tail -20 "$log/down.log" >&2; status=1; }

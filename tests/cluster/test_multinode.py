@@ -71,15 +71,20 @@ class Submit:
     def stderr_tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
 
-    def status_times(self) -> list[float]:
-        """When the driver logged its status lines (seconds since the epoch)."""
-        times = []
+    def status_lines(self) -> list[dict[str, Any]]:
+        """The driver's status lines (JSON log events)."""
+        lines = []
         for line in self.log.read_text(errors="replace").splitlines():
             with contextlib.suppress(ValueError):
                 event = json.loads(line)
                 if isinstance(event, dict) and event.get("event") == "endpoint_status":
-                    times.append(datetime.datetime.fromisoformat(event["timestamp"]).timestamp())
-        return times
+                    lines.append(event)
+        return lines
+
+    def status_times(self) -> list[float]:
+        """When the driver logged its status lines (seconds since the epoch)."""
+        return [datetime.datetime.fromisoformat(line["timestamp"]).timestamp()
+                for line in self.status_lines()]
 
     def longest_status_gap(self, since: float) -> float:
         """The longest time without a status line from ``since`` (seconds since the epoch)
@@ -326,6 +331,9 @@ async def test_the_node_running_the_peeker_lost_the_deployment_is_recreated(
         # The recreated deployment kept its id: its counts go on, none counted twice (the
         # report read 8,730 of 30,000 before).
         assert result["processed"] == total, result
+        # Meanwhile the lines said why their figures were old.
+        states = {line.get("peeker") for line in driver.status_lines()}
+        assert states & {"unreachable", "restarting"}, states
         gap = driver.longest_status_gap(killed)
         print(f"longest gap between status lines after the kill: {gap:.1f} s")
         assert gap <= MOST_SECONDS_WITHOUT_STATUS, driver.stderr_tail()

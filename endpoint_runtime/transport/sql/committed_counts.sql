@@ -19,16 +19,21 @@ CREATE TABLE IF NOT EXISTS {table} (
     PRIMARY KEY (deployment_id, receiver_id, slot)
 );
 
+-- ensure_row --
+-- $1 deployment, $2 receiver, $3 slot, $4 node: the slot's row, made (or marked alive) before
+-- its first count; the counts themselves are plain UPDATEs, cheaper than an upsert (no check
+-- for a conflict, no tuple lock of its own in the WAL) on a path taken by every message.
+INSERT INTO {table} AS counts (deployment_id, receiver_id, slot, node_id)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (deployment_id, receiver_id, slot) DO UPDATE SET updated_at = now();
+
 -- count --
--- $1 deployment, $2 receiver, $3 slot, $4 node, $5 processed, $6 moved to the error queue.
+-- $1 deployment, $2 receiver, $3 slot, $4 processed, $5 moved to the error queue.
 -- Prepared once per session and sent as EXECUTE just before the COMMIT of the work it counts.
 -- Only non-key columns change: a HOT update, no index entry written.
-INSERT INTO {table} AS counts (deployment_id, receiver_id, slot, node_id, processed, failed)
-VALUES ($1, $2, $3, $4, $5, $6)
-ON CONFLICT (deployment_id, receiver_id, slot) DO UPDATE
-SET processed = counts.processed + excluded.processed,
-    failed = counts.failed + excluded.failed,
-    updated_at = now();
+UPDATE {table}
+SET processed = processed + $4, failed = failed + $5, updated_at = now()
+WHERE deployment_id = $1 AND receiver_id = $2 AND slot = $3;
 
 -- read --
 -- The committed counts of the deployments $1, per Ray node.
