@@ -159,7 +159,7 @@ def throughput(timeline: Mapping[str, Sequence[Point]], path: Path, seconds: int
                      f"{count(total)} processed, peak {rate(max(values, default=0.0))}")
 
     return _small_multiples(timeline, path, seconds, f"Throughput per endpoint (processed "
-                            f"messages per second, {_bucket(seconds)} buckets, UTC)", draw)
+                            f"messages, {_bucket(seconds)} buckets, UTC)", draw)
 
 
 def durations(timeline: Mapping[str, Sequence[Point]], path: Path, seconds: int,
@@ -167,6 +167,8 @@ def durations(timeline: Mapping[str, Sequence[Point]], path: Path, seconds: int,
     """p50/p95/p99 of each of ``measures`` ((name, heading) pairs) over time: a row of
     panels per endpoint, a column per measure, log scale in human units."""
     styles = (("p50", 0.45, 1.0), ("p95", 0.75, 1.4), ("p99", 1.0, 1.0))
+
+    legend: list[bool] = []  # drawn once, above the first panel: never over a line
 
     def draw(row: list[Axes], name: str, points: Sequence[Point], colour: str) -> None:
         for axes, (measure, heading) in zip(row, measures, strict=True):
@@ -185,7 +187,10 @@ def durations(timeline: Mapping[str, Sequence[Point]], path: Path, seconds: int,
                 axes.set_yscale("log")
                 axes.yaxis.set_major_formatter(FuncFormatter(lambda v, _: duration(v)))
                 axes.yaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
-                axes.legend(fontsize=7, loc="upper left", ncols=3, frameon=False)
+                if not legend:
+                    legend.append(True)
+                    axes.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0),
+                                ncols=3, frameon=False, borderaxespad=0.1)
             else:
                 _empty(axes, "nothing processed")
             _panel_title(axes, name, colour, heading)

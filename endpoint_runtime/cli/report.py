@@ -5,11 +5,16 @@ the conversation flow graph and the slowest conversations, as per-day Parquet an
 page with PNG plots. Needs the ``report`` extra (PySpark), Java 17+ and the PostgreSQL JDBC
 driver (``bin/dev`` installs them); see docs/analytics.md.
 
+Without ``--since``/``--until`` a run is incremental: it reads the rows new since the
+output's horizon into its raw extract and recomputes the days they touch; ``--follow`` does so
+every minute. With them it is an ad-hoc report of that window.
+
 Example::
 
-    endpoint-runtime report
-    endpoint-runtime report --since 24h --out /tmp/report
-    endpoint-runtime report --since 2026-11-01 --until 2026-11-08 --master spark://head:7077
+    endpoint-runtime report --out /srv/report               # nightly, from cron
+    endpoint-runtime report --follow 60 --out /srv/report   # live
+    endpoint-runtime report --since 24h --out /tmp/report   # ad-hoc
+    endpoint-runtime report --master spark://head:7077 --conf spark.executor.memory=8g
 """
 
 from __future__ import annotations
