@@ -32,9 +32,10 @@ from benchmarks.chaos.server import ChaosServer
 from benchmarks.common import progress
 from endpoint_runtime import TransportSettings
 from endpoint_runtime.actors.cluster import ensure_ray
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.deployment import EndpointDeployment
 from endpoint_runtime.embedded import with_database
-from endpoint_runtime.transport import PostgresTransport, QueueAddress
+from endpoint_runtime.transport import QueueAddress
 from tests.cluster.nodes import LocalCluster, free_port
 
 DATABASE = "chaos"

@@ -33,7 +33,7 @@ from endpoint_runtime.analytics.prerequisites import MissingPrerequisiteError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from endpoint_runtime.analytics.job import ReportResult
+    from endpoint_runtime.analytics.result import ReportResult
 
 __all__ = ["MissingPrerequisiteError", "ReportOptions", "parse_time", "run_report"]
 

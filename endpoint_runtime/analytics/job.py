@@ -24,7 +24,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -49,9 +49,10 @@ from endpoint_runtime.analytics.options import ReportOptions
 from endpoint_runtime.analytics.prerequisites import check
 from endpoint_runtime.analytics.progress import Progress
 from endpoint_runtime.analytics.rendering import render_report
+from endpoint_runtime.analytics.result import ReportResult, Row
 from endpoint_runtime.analytics.sources import AUDIT_LOG, ERROR_LOG, Reader, Table, XidRange
 from endpoint_runtime.analytics.summary import endpoint_summary
-from endpoint_runtime.analytics.timeline import Point, bucket_seconds, by_endpoint, filled, point
+from endpoint_runtime.analytics.timeline import bucket_seconds, by_endpoint, filled, point
 from endpoint_runtime.errors import ConfigurationError
 
 STAGES = 8
@@ -61,37 +62,6 @@ NULLABLE_TIMES = {"audit_log": ("time_sent", "processing_started", "processing_e
 """Timestamp columns whose NULLs are counted (a row without its table's time is skipped)."""
 ROWS_PER_SHUFFLE_PARTITION = 500_000
 MAX_SHUFFLE_PARTITIONS = 400
-Row = dict[str, Any]
-
-
-@dataclass
-class ReportResult:
-    """Where a report went and what it found (the figures of the page as plain rows)."""
-
-    out: Path
-    html: Path
-    parquet: Path
-    plots: dict[str, Path]
-    audit_rows: int
-    """Audit rows read from the database by this run."""
-    error_rows: int
-    read_partitions: dict[str, int]
-    timings: dict[str, float]
-    incremental: bool = True
-    horizon: int | None = None
-    """The extract's horizon after the run (``None``: ad-hoc)."""
-    days: list[str] = field(default_factory=list)
-    """The days this run (re)computed."""
-    null_counts: dict[str, int] = field(default_factory=dict)
-    """Rows with a NULL timestamp, per ``table.column`` (cumulative for an extract)."""
-    summary: list[Row] = field(default_factory=list)
-    exceptions: list[Row] = field(default_factory=list)
-    edges: list[Row] = field(default_factory=list)
-    slowest: list[Row] = field(default_factory=list)
-    timeline: dict[str, list[Point]] = field(default_factory=dict)
-    bucket_seconds: int = 60
-    window: tuple[datetime, datetime] | None = None
-    """First and last minute in the output."""
 
 
 @dataclass
@@ -382,16 +352,3 @@ def page_figures(spark: SparkSession, result: ReportResult) -> None:
             F.col("messages").desc(), "sender", "receiver", "message_type"))
     if tables["conversations"] is not None:
         result.slowest = _rows(slowest(tables["conversations"]))
-
-
-def describe_window(result: ReportResult, options: ReportOptions) -> str:
-    def show(moment: datetime | None, default: str) -> str:
-        return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC") if moment else default
-
-    if options.ad_hoc:
-        return (f"from {show(options.since, 'the first row')} "
-                f"until {show(options.until, 'now')}")
-    if result.window is None:
-        return "no data yet"
-    return f"every minute the output holds: {show(result.window[0], '')} to " \
-           f"{show(result.window[1], '')}"

@@ -9,17 +9,15 @@ from typing import TYPE_CHECKING
 
 from endpoint_runtime.analytics import plots
 from endpoint_runtime.analytics.page import render
+from endpoint_runtime.analytics.result import ReportResult, describe_window
 
 if TYPE_CHECKING:
-    from endpoint_runtime.analytics.job import ReportResult
     from endpoint_runtime.analytics.options import ReportOptions
 
 TITLE = "endpoint-runtime report"
 
 
 def render_report(options: ReportOptions, result: ReportResult) -> None:
-    from endpoint_runtime.analytics.job import describe_window
-
     directory = result.out / "plots"
     if directory.exists():
         shutil.rmtree(directory)

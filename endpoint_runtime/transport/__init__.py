@@ -18,22 +18,8 @@ ties it to settings and to where the server comes from.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from endpoint_runtime.transport import receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
 from endpoint_runtime.transport.queues import QueueInfo
 
 __all__ = ["QueueAddress", "QueueInfo", "quote_identifier", "receiving", "sending"]
-
-# Kept for code written against earlier versions (scripts, the examples): these two live in
-# ``endpoint_runtime.connecting`` now, loaded only when asked for, so that importing the
-# transport loads nothing above it.
-_MOVED = {"PostgresTransport", "connect_pool"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        return getattr(importlib.import_module("endpoint_runtime.connecting"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,8 +22,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from endpoint_runtime.analytics import ReportOptions, extract, job, run_report
-from endpoint_runtime.analytics.job import ReportResult
 from endpoint_runtime.analytics.measures import RANK_ERROR
+from endpoint_runtime.analytics.result import ReportResult
 from endpoint_runtime.cli import main
 from endpoint_runtime.ingestion.storage import AUDIT_FIELDS, OperationalData
 from tests.analytics.audit_set import audit_row, error_row, insert

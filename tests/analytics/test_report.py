@@ -21,7 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from endpoint_runtime.analytics import ReportOptions, run_report
-from endpoint_runtime.analytics.job import ReportResult
+from endpoint_runtime.analytics.result import ReportResult
 from endpoint_runtime.cli import main
 from endpoint_runtime.embedded import with_database
 from endpoint_runtime.errors import ConfigurationError

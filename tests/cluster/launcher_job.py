@@ -22,9 +22,9 @@ from typing import Any
 
 import msgspec
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.embedded import resolve_dsn
 from endpoint_runtime.settings import TransportSettings, load_settings
-from endpoint_runtime.transport import PostgresTransport
 from tests.cluster.launcher_endpoints import QUEUE, TABLE
 
 NODES = 3

@@ -28,10 +28,11 @@ import structlog
 
 from benchmarks.common import provenance, write_result
 from endpoint_runtime import EndpointDeployment, Sender, TransportSettings
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.embedded import with_database
 from endpoint_runtime.errors import EndpointRuntimeError
 from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.transport import PostgresTransport, quote_identifier
+from endpoint_runtime.transport import quote_identifier
 from tests.e2e.conftest import PEEK_DELAY, STOP_TIMEOUT, count, wait_for
 from tests.support import least_privilege_endpoints
 from tests.support.cli import quiet_logging, run_cli

@@ -8,6 +8,7 @@ import collections
 import uuid
 
 from endpoint_runtime import Endpoint
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.errors import PoisonMessageError
 from endpoint_runtime.installation import EndpointTables, install
 from endpoint_runtime.messages import (
@@ -17,7 +18,6 @@ from endpoint_runtime.messages import (
     TransportMessage,
     decode_headers,
 )
-from endpoint_runtime.transport import PostgresTransport
 from tests.fuzz.endpoints import ENDPOINTS, HANDLED_TABLE, SINK
 from tests.fuzz.strategies import Row
 

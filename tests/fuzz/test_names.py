@@ -10,6 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.delayed.postgres import PostgresDelayedMessageStore
 from endpoint_runtime.errors import InvalidQueueNameError
 from endpoint_runtime.installation import EndpointTables
@@ -18,7 +19,7 @@ from endpoint_runtime.outbox import OutboxStorage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.privileges import grant_statements
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.transport import PostgresTransport, QueueAddress, quote_identifier
+from endpoint_runtime.transport import QueueAddress, quote_identifier
 from endpoint_runtime.transport.addresses import ENDPOINT_NAME_SUFFIXES, TABLE_NAME_SUFFIXES
 from tests.fuzz.conftest import examples, outcome
 from tests.fuzz.endpoints import Echo

@@ -172,5 +172,4 @@ def test_the_transport_imports_only_errors_and_messages_of_the_runtime() -> None
         and module_path(name) not in {"endpoint_runtime/errors.py", "endpoint_runtime/messages.py"}
         and module_path(name) is not None
     }
-    # The transport's __init__ hands out two moved names on demand (for earlier callers).
-    assert upward == {"transport/__init__.py imports endpoint_runtime.connecting"}
+    assert upward == set()
