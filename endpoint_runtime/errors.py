@@ -16,6 +16,7 @@ Every exception the runtime raises on purpose derives from :class:`EndpointRunti
     ├── TransactionAbortedError                   a handler swallowed a database error
     ├── HandlerCancelledError                     a handler cut short by a stop (NONE mode)
     ├── RecoverabilityFailedError                 the retry/error-queue step itself failed
+    ├── CommittedCountsFailedError                the committed-counts table cannot be written
     └── HandlerControl                            raised by handlers to steer recoverability
         ├── RetryLater                            roll back, deliver again after a delay
         └── DiscardMessage                        roll back and drop the message
@@ -112,6 +113,12 @@ class HandlerCancelledError(EndpointRuntimeError):
             "stop_timeout passed); in TransactionMode.NONE the message had already left its "
             "queue, so this copy is all that is left of it"
         )
+
+
+class CommittedCountsFailedError(EndpointRuntimeError):
+    """The statement that adds to the endpoint's committed counts failed (its table dropped,
+    its privileges revoked): a fault of the deployment's set-up, not of the message, which
+    is never charged for it; the receive loop backs off as for a database outage."""
 
 
 class RecoverabilityFailedError(EndpointRuntimeError):

@@ -37,12 +37,13 @@ from endpoint_runtime.transport.literals import text_literal
 from endpoint_runtime.transport.queues import ddl_lock
 
 COUNT_PARAMETER_TYPES = "text, text, integer, bigint, bigint"
+COUNTS_TABLE_SUFFIX = "_CommittedCounts"
 _PARAMETER = re.compile(r"\$(\d)")
 
 
 def counts_table(endpoint: QueueAddress) -> QueueAddress:
     """The committed-counts table of the endpoint whose queue is ``endpoint``."""
-    return QueueAddress(endpoint.derived_name("_CommittedCounts"), endpoint.schema)
+    return QueueAddress(endpoint.derived_name(COUNTS_TABLE_SUFFIX), endpoint.schema)
 
 
 @functools.lru_cache(maxsize=64)

@@ -25,11 +25,15 @@ import re
 
 import asyncpg
 
-from endpoint_runtime.errors import QueueNotFoundError, RecoverabilityFailedError
+from endpoint_runtime.errors import (
+    CommittedCountsFailedError,
+    QueueNotFoundError,
+    RecoverabilityFailedError,
+)
 from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.pipeline import Outcome, Unit
 from endpoint_runtime.transactions.base import Round
-from endpoint_runtime.transactions.counting import SlotCounts
+from endpoint_runtime.transactions.counting import COUNTS_TABLE_SUFFIX, SlotCounts
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.connection import (
     QUERY_ERRORS,
@@ -80,7 +84,27 @@ def charge_or_raise(
             or not isinstance(received, TransportMessage)
             or isinstance(exc, RecoverabilityFailedError) or is_lost(connection)):
         raise exc
+    refusal = counts_refusal(exc)
+    if refusal is not None:
+        raise CommittedCountsFailedError(
+            f"the committed counts could not be written ({refusal}): run `endpoint-runtime "
+            f"db install` for this endpoint, or grant its role the table (db grants)"
+        ) from exc
     unit.rolled_back(exc)
+
+
+def counts_refusal(exc: BaseException) -> str | None:
+    """The database's words when ``exc`` (or what it was raised from) is its refusal of the
+    committed-counts table (missing, or not granted), else None. Charging the message for it
+    would move it towards the error queue, whose move carries a count too and fails the same
+    way: the message would go round for ever."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if (isinstance(cause, asyncpg.UndefinedTableError | asyncpg.InsufficientPrivilegeError)
+                and COUNTS_TABLE_SUFFIX.lower() in str(cause).lower()):
+            return str(cause)
+        cause = cause.__cause__
+    return None
 
 
 def settled(unit: Unit, outcome: Outcome) -> Round:
