@@ -151,9 +151,9 @@ def test_the_check_catches_a_planted_import_for_each_rule(
         tmp_path: Path, rule: tuple[str, str, str]) -> None:
     """The checker's self-test: a module placed in part A that imports part B is caught."""
     source_part, target_part, why = rule
-    target = next(m for m in PARTS[target_part] if not m.endswith("/")) \
-        if any(not m.endswith("/") for m in PARTS[target_part]) \
-        else PARTS[target_part][0] + "__init__.py"
+    # A module of the target part: its first file, else its first package's __init__.
+    target = next((m for m in PARTS[target_part] if not m.endswith("/")),
+                  PARTS[target_part][0] + "__init__.py")
     planted = tmp_path / "endpoint_runtime" / "planted.py"
     planted.parent.mkdir()
     planted.write_text(f"def late():\n    import {dotted(target)}\n")
