@@ -43,7 +43,7 @@ import psutil
 
 from benchmarks.common import progress, run_benchmark, throwaway_database
 from endpoint_runtime.analytics.options import ReportOptions
-from endpoint_runtime.embedded import resolve_dsn, with_database
+from endpoint_runtime.connections.embedded import resolve_dsn, with_database
 from endpoint_runtime.ingestion.storage import AUDIT_FIELDS, ERROR_FIELDS, OperationalData
 
 QUICK_ROWS = 50_000

@@ -25,8 +25,8 @@ from benchmarks.common import throwaway_database
 from benchmarks.endpoints import SINK, atomic, batched
 from benchmarks.throughput import load_backlog, work_messages
 from endpoint_runtime import Endpoint
-from endpoint_runtime.connecting import PostgresTransport, connect_pool
-from endpoint_runtime.embedded import resolve_dsn, with_database
+from endpoint_runtime.connections.connecting import PostgresTransport, connect_pool
+from endpoint_runtime.connections.embedded import resolve_dsn, with_database
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transactions.counting import SlotCounts, counts_table, create_counts_table
 from endpoint_runtime.transport import QueueAddress

@@ -27,9 +27,9 @@ from benchmarks.common import (
     throwaway_database,
 )
 from benchmarks.endpoints import Timed, delayed_target
-from endpoint_runtime.deployment import EndpointDeployment
-from endpoint_runtime.embedded import redact_dsn, resolve_dsn, with_database
-from endpoint_runtime.sender import Sender
+from endpoint_runtime.connections.embedded import redact_dsn, resolve_dsn, with_database
+from endpoint_runtime.runtime.deployment import EndpointDeployment
+from endpoint_runtime.runtime.sender import Sender
 from endpoint_runtime.settings import TransportSettings
 
 QUEUE = "bench_delayed"

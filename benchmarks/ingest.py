@@ -34,10 +34,10 @@ from benchmarks.throughput import (
     run_deployed,
     run_raw,
 )
-from endpoint_runtime.embedded import redact_dsn, resolve_dsn, with_database
-from endpoint_runtime.messages import Headers, OutgoingMessage, to_wire_time
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.embedded import redact_dsn, resolve_dsn, with_database
 from endpoint_runtime.transport import QueueAddress, queues
+from endpoint_runtime.wire.messages import Headers, OutgoingMessage, to_wire_time
 
 QUICK = {"messages": 5_000, "concurrency": 4, "runs": 3}
 FULL = {"messages": 20_000, "concurrency": 4, "runs": 5}

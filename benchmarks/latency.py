@@ -50,8 +50,8 @@ from benchmarks.throughput import (
     wait_for_sink,
     work_messages,
 )
-from endpoint_runtime.embedded import redact_dsn, resolve_dsn, with_database
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.embedded import redact_dsn, resolve_dsn, with_database
 from endpoint_runtime.transport import QueueAddress, queues, sending
 
 QUEUE = QueueAddress("bench_atomic")

@@ -47,12 +47,12 @@ from benchmarks.common import (
     throwaway_database,
 )
 from benchmarks.endpoints import SINK, Echo, Work
-from endpoint_runtime.deployment import EndpointDeployment
-from endpoint_runtime.embedded import redact_dsn, resolve_dsn, with_database
-from endpoint_runtime.messages import OutgoingMessage
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.embedded import redact_dsn, resolve_dsn, with_database
+from endpoint_runtime.runtime.deployment import EndpointDeployment
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import QueueAddress, queues, sending, statements
+from endpoint_runtime.wire.messages import OutgoingMessage
 
 QUICK = {"messages": 2_000, "concurrency": 4, "runs": 3, "latency_samples": 100}
 FULL = {"messages": 10_000, "concurrency": 4, "runs": 5, "latency_samples": 300}

@@ -25,7 +25,7 @@ import structlog
 
 from benchmarks.common import median, progress, summarize, throwaway_database, write_result
 from benchmarks.transport_sides import Worker, Workload, build_workload, receive_worker, send_worker
-from endpoint_runtime.embedded import redact_dsn, resolve_dsn
+from endpoint_runtime.connections.embedded import redact_dsn, resolve_dsn
 from endpoint_runtime.transport import queues
 from endpoint_runtime.transport.addresses import QueueAddress
 

@@ -12,10 +12,10 @@ from collections.abc import Awaitable, Callable
 import asyncpg
 import msgspec
 
-from endpoint_runtime.messages import OutgoingMessage
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.transport import receiving, sending, statements
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.wire.messages import OutgoingMessage
 
 Worker = Callable[[asyncpg.Connection], Awaitable[int]]
 RawRow = tuple[uuid.UUID, str, bytes]

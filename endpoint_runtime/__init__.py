@@ -17,10 +17,9 @@ Example::
 
 from __future__ import annotations
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.context import HandlerContext
-from endpoint_runtime.deployment import EndpointDeployment
-from endpoint_runtime.endpoint import Endpoint, load_endpoint
+from endpoint_runtime.chain.context import HandlerContext
+from endpoint_runtime.chain.pipeline import IncomingContext, Next
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import (
     ConfigurationError,
     DiscardMessage,
@@ -30,13 +29,14 @@ from endpoint_runtime.errors import (
     RetryLater,
     UnknownMessageTypeError,
 )
-from endpoint_runtime.message_kinds import Command, Event
-from endpoint_runtime.messages import Headers, MessageIntent
-from endpoint_runtime.pipeline import IncomingContext, Next
-from endpoint_runtime.sender import Sender
+from endpoint_runtime.runtime.deployment import EndpointDeployment
+from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
+from endpoint_runtime.runtime.sender import Sender
 from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
 from endpoint_runtime.transactions import TransactionMode
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.message_kinds import Command, Event
+from endpoint_runtime.wire.messages import Headers, MessageIntent
 
 __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     # endpoints and handlers

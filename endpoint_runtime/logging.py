@@ -3,7 +3,7 @@
 Per-message context (endpoint, message_id, attempt) is bound with structlog's contextvars by
 the chain's first step (``log_context``) for each message, so every log line of a handler
 carries it. Each line names the logger that wrote it (``component``, e.g.
-``endpoint_runtime.pipeline``).
+``endpoint_runtime.chain.pipeline``).
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
 
     Attributes:
         dsn: PostgreSQL connection string. ``None``: ``ENDPOINT_RUNTIME_DSN``, else libpq
-            ``PG*`` variables, else an embedded server (see :mod:`endpoint_runtime.embedded`).
+            ``PG*`` variables, else an embedded server (see
+            :mod:`endpoint_runtime.connections.embedded`).
         schema: default schema of queue tables.
         create_body_string_column: add the human-readable ``body_string`` generated column.
         notify_on_send: queue tables NOTIFY on insert so idle receivers wake at once.
@@ -57,7 +58,7 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         subscription_cache_seconds: how long a process reuses a subscriber list (0: never).
         installers: a deployment creates its missing queues and tables at start; ``False``:
             it runs no DDL and only checks that they exist (a role without DDL rights, see
-            docs/security.md and :mod:`endpoint_runtime.installation`).
+            docs/security.md and :mod:`endpoint_runtime.database.installation`).
     """
 
     dsn: str | None = None

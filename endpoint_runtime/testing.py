@@ -1,8 +1,8 @@
 """Testing handlers without a database or Ray: a handler context that records what they send.
 
-:class:`TestableHandlerContext` is a real :class:`~endpoint_runtime.context.HandlerContext`
+:class:`TestableHandlerContext` is a real :class:`~endpoint_runtime.chain.context.HandlerContext`
 (the same header logic: message ids, correlation and conversation ids, ``RelatedTo``, the
-command/event checks of :mod:`endpoint_runtime.message_kinds`, due times of deferrals) whose
+command/event checks of :mod:`endpoint_runtime.wire.message_kinds`, due times of deferrals) whose
 outgoing messages are recorded instead of written to queue tables, and whose publishes go to
 an in-memory subscriber list. :func:`invoke` runs every handler an endpoint registered for a
 message, in registration order, as a receiver would, after the message went through the
@@ -32,20 +32,20 @@ from typing import Any, NoReturn, cast
 
 import msgspec
 
-from endpoint_runtime.context import HandlerContext
-from endpoint_runtime.endpoint import Endpoint
+from endpoint_runtime.chain.context import HandlerContext
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.subscriptions import Routes, SubscriptionStore, topics_of
 from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError
-from endpoint_runtime.messages import (
+from endpoint_runtime.runtime.endpoint import Endpoint
+from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.wire.messages import (
     Headers,
     MessageIntent,
     OutgoingMessage,
     TransportMessage,
     encode_headers,
 )
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.subscriptions import Routes, SubscriptionStore, topics_of
-from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import DatabaseConnection
 
 TEST_CLIENT = "test-client"
 """The originating endpoint, and default reply-to queue, of the incoming test message."""
@@ -250,7 +250,7 @@ class TestableHandlerContext(HandlerContext):
 def incoming_message(message: msgspec.Struct | None, headers: Mapping[str, str] | None = None,
                      reply_to: str | None = TEST_CLIENT) -> TransportMessage:
     """``message`` as a receiver would take it off its queue: body and headers as
-    :func:`~endpoint_runtime.outgoing.create_outgoing` makes them for a send from
+    :func:`~endpoint_runtime.chain.outgoing.create_outgoing` makes them for a send from
     ``test-client``, with ``headers`` on top."""
     if message is None:
         wire = {Headers.MESSAGE_ID: str(uuid.uuid4())}

@@ -43,9 +43,9 @@ from endpoint_runtime import (
     TransportSettings,
     load_settings,
 )
-from endpoint_runtime.actors.peeker import DeploymentStatus
 from endpoint_runtime.logging import configure_logging
-from endpoint_runtime.messages import TransportMessage
+from endpoint_runtime.runtime.actors.peeker import DeploymentStatus
+from endpoint_runtime.wire.messages import TransportMessage
 from handlers_examples.loyalty import REMINDER_DELAY
 from handlers_examples.messages import (
     AwardPoints,

@@ -18,8 +18,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport, connect_pool
-from endpoint_runtime.embedded import resolve_dsn, with_database
+from endpoint_runtime.connections.connecting import PostgresTransport, connect_pool
+from endpoint_runtime.connections.embedded import resolve_dsn, with_database
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import quote_identifier
 

@@ -36,7 +36,7 @@ from benchmarks.chaos.ledger import (
 from benchmarks.chaos.schedule import Fault, FaultKind, PoisonKind
 from benchmarks.chaos.server import ChaosServer
 from benchmarks.common import progress
-from endpoint_runtime.deployment import EndpointDeployment
+from endpoint_runtime.runtime.deployment import EndpointDeployment
 from tests.cluster.nodes import LocalCluster
 
 SEND_BATCH = 500

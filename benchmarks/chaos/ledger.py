@@ -26,12 +26,12 @@ import msgspec
 from benchmarks.chaos.endpoints import ChaosWork
 from benchmarks.chaos.observer import OBSERVER_APPLICATION
 from benchmarks.chaos.schedule import Fate, PoisonKind
-from endpoint_runtime.messages import Headers, OutgoingMessage, encode_headers
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.transport import QueueAddress, sending
 from endpoint_runtime.transport.addresses import quote_identifier
 from endpoint_runtime.transport.connection import QUERY_ERRORS
 from endpoint_runtime.transport.sql import parse_blocks
+from endpoint_runtime.wire.messages import Headers, OutgoingMessage, encode_headers
 
 DRIVER_APPLICATION = "chaos-driver"
 """``application_name`` of the run's own connections: the backend terminations spare them."""

@@ -12,8 +12,8 @@ from benchmarks.chaos.checks import CutAt, Observed, Receive
 from benchmarks.chaos.drivers import FaultRecord
 from benchmarks.chaos.endpoints import ERROR_QUEUE, SINK
 from benchmarks.chaos.ledger import RUN_APPLICATIONS, sql
-from endpoint_runtime.messages import ErrorHeaders, Headers, decode_headers
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.messages import ErrorHeaders, Headers, decode_headers
 
 
 async def read_observed(connection: asyncpg.Connection, mode: str, queue: QueueAddress,

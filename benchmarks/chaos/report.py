@@ -31,10 +31,10 @@ from benchmarks.chaos.schedule import Purpose, fates, fault_schedule, generator,
 from benchmarks.chaos.server import ChaosServer
 from benchmarks.common import progress
 from endpoint_runtime import TransportSettings
-from endpoint_runtime.actors.cluster import ensure_ray
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.deployment import EndpointDeployment
-from endpoint_runtime.embedded import with_database
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.connections.embedded import with_database
+from endpoint_runtime.runtime.actors.cluster import ensure_ray
+from endpoint_runtime.runtime.deployment import EndpointDeployment
 from endpoint_runtime.transport import QueueAddress
 from tests.cluster.nodes import LocalCluster, free_port
 

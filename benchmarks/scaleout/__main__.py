@@ -45,7 +45,7 @@ from benchmarks.scaleout.phases import (
     sweep,
 )
 from benchmarks.scaleout.side import Load
-from endpoint_runtime.embedded import redact_dsn, resolve_dsn
+from endpoint_runtime.connections.embedded import redact_dsn, resolve_dsn
 
 DOCS_IMAGES = report.DOCS.parent / "images"
 PHASES = ("drains", "concurrency", "sizes", "latency", "notify", "endurance", "nodes")

@@ -39,11 +39,11 @@ from benchmarks.throughput import (
     wait_for_sink,
     work_messages,
 )
-from endpoint_runtime.connection_budget import receiver_pool_size
-from endpoint_runtime.deployment import EndpointDeployment
-from endpoint_runtime.embedded import redact_dsn, resolve_dsn, with_database
-from endpoint_runtime.messages import OutgoingMessage
+from endpoint_runtime.connections.connection_budget import receiver_pool_size
+from endpoint_runtime.connections.embedded import redact_dsn, resolve_dsn, with_database
+from endpoint_runtime.runtime.deployment import EndpointDeployment
 from endpoint_runtime.transport import QueueAddress, queues, sending
+from endpoint_runtime.wire.messages import OutgoingMessage
 
 MODES = {"single": ("benchmarks.endpoints:atomic", "bench_atomic"),
          "batched": ("benchmarks.endpoints:batched", "bench_batched")}

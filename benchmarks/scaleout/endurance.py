@@ -27,9 +27,9 @@ from benchmarks.scaleout.endpoints import Job
 from benchmarks.scaleout.peers.sink import random_body
 from benchmarks.scaleout.runtime_sides import ATOMIC, Deployed, RuntimeSide
 from benchmarks.scaleout.side import Load
-from endpoint_runtime.messages import OutgoingMessage
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.transport import sending
+from endpoint_runtime.wire.messages import OutgoingMessage
 
 CHUNK = 1_000
 """Messages per send statement while the backlog is written."""

@@ -35,7 +35,7 @@ from benchmarks.scaleout.peers.sink import COUNT_SINK, CREATE_SINK, DatabaseCloc
 from benchmarks.scaleout.runtime_sides import job_messages
 from benchmarks.scaleout.side import DrainResult, LatencyResult, Load
 from benchmarks.throughput import load_backlog
-from endpoint_runtime.embedded import with_database
+from endpoint_runtime.connections.embedded import with_database
 from endpoint_runtime.transport import QueueAddress, statements
 
 QUEUE = QueueAddress("scaleout_limit")

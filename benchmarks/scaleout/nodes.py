@@ -30,7 +30,7 @@ from benchmarks.common import progress
 from benchmarks.scaleout.harness import alternate, per_side
 from benchmarks.scaleout.runtime_sides import ATOMIC, RuntimeSide
 from benchmarks.scaleout.side import Load
-from endpoint_runtime.connection_budget import ConnectionBudget, server_capacity
+from endpoint_runtime.connections.connection_budget import ConnectionBudget, server_capacity
 from endpoint_runtime.settings import EndpointSettings, TransportSettings
 
 SLOTS = 4
@@ -45,7 +45,7 @@ def fitting(nodes: int, per_node: tuple[int, ...],
             available: int) -> tuple[tuple[int, ...], dict[str, str]]:
     """The receivers-per-node counts whose deployment fits in ``available`` server
     connections, and why each other one was left out (a deployment that cannot fit refuses to
-    start: :mod:`endpoint_runtime.connection_budget`)."""
+    start: :mod:`endpoint_runtime.connections.connection_budget`)."""
     kept: list[int] = []
     skipped: dict[str, str] = {}
     for count in per_node:

@@ -27,7 +27,7 @@ from benchmarks.scaleout.endpoints import Job
 from benchmarks.scaleout.peers.sink import random_body
 from benchmarks.scaleout.runtime_sides import ATOMIC, Deployed, RuntimeSide, wait_for_rows
 from benchmarks.scaleout.side import DrainResult, LatencyResult, Load
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.transport import sending
 
 

@@ -32,7 +32,7 @@ from benchmarks.scaleout.peers.base import SETTLE_S
 from benchmarks.scaleout.peers.sink import random_body
 from benchmarks.scaleout.runtime_sides import Deployed, RuntimeSide, wait_for_rows
 from benchmarks.scaleout.side import DrainResult, LatencyResult, Load
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.transport.sending import encode_headers
 
 CLIENTS = 8

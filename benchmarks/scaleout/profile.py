@@ -38,7 +38,7 @@ from benchmarks.scaleout.costs import cpu_spent, postgres_cpu, receivers_cpu
 from benchmarks.scaleout.runtime_sides import job_messages, runtime_sides, wait_for_rows
 from benchmarks.scaleout.side import Load
 from benchmarks.throughput import load_backlog
-from endpoint_runtime.embedded import resolve_dsn
+from endpoint_runtime.connections.embedded import resolve_dsn
 
 PY_SPY = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "py-spy")
 WAL = "SELECT wal_sync, wal_bytes::float8 AS wal_bytes FROM pg_stat_wal"

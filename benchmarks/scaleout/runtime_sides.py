@@ -32,12 +32,12 @@ from benchmarks.scaleout.peers.sink import (
 )
 from benchmarks.scaleout.side import DrainResult, LatencyResult, Load
 from benchmarks.throughput import load_backlog
-from endpoint_runtime.deployment import EndpointDeployment
-from endpoint_runtime.embedded import with_database
-from endpoint_runtime.messages import OutgoingMessage
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.embedded import with_database
+from endpoint_runtime.runtime.deployment import EndpointDeployment
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import QueueAddress, sending
+from endpoint_runtime.wire.messages import OutgoingMessage
 
 POLL_S = 0.01
 ENDPOINTS = "benchmarks.scaleout.endpoints"

@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(parser)
     args = parser.parse_args(argv)
     from endpoint_runtime.analytics import run_report
-    from endpoint_runtime.embedded import resolve_dsn
+    from endpoint_runtime.connections.embedded import resolve_dsn
     from endpoint_runtime.errors import EndpointRuntimeError
 
     try:

@@ -52,7 +52,7 @@ class ReportOptions:
         return self.since is not None or self.until is not None
 
     def __repr__(self) -> str:
-        from endpoint_runtime.embedded import redact_dsn
+        from endpoint_runtime.connections.embedded import redact_dsn
 
         return (f"ReportOptions(dsn={redact_dsn(self.dsn)!r}, schema={self.schema!r}, "
                 f"since={self.since}, until={self.until}, master={self.master!r}, "

@@ -15,7 +15,7 @@ Example::
 Every command reads :class:`~endpoint_runtime.settings.TransportSettings` from the ``[transport]``
 table of ``--config FILE`` (optional) and the ``ENDPOINT_RUNTIME_*`` environment, so
 ``ENDPOINT_RUNTIME_DSN`` picks the server; without one the user's embedded PostgreSQL is used
-(the same one from every directory: :func:`endpoint_runtime.embedded.data_dir`). Errors
+(the same one from every directory: :func:`endpoint_runtime.connections.embedded.data_dir`). Errors
 of the runtime (:class:`~endpoint_runtime.errors.EndpointRuntimeError`) print one line on stderr
 and exit with status 2.
 

@@ -10,7 +10,7 @@ from typing import Any
 # script use them too, and the report is a library first: they live below the commands).
 from endpoint_runtime.arguments import positive_float as positive_float
 from endpoint_runtime.arguments import positive_int as positive_int
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import QueueAddress

@@ -2,7 +2,8 @@
 
 ``db url`` prints the DSN (password redacted unless ``--show-password``), ``db psql`` opens psql
 on it (the embedded server's own psql when none is on ``PATH``), ``db stop`` stops the embedded
-PostgreSQL (it outlives each run; one per user, see :func:`endpoint_runtime.embedded.data_dir`).
+PostgreSQL (it outlives each run; one per user, see
+:func:`endpoint_runtime.connections.embedded.data_dir`).
 ``db install`` and ``db grants`` are in
 :mod:`endpoint_runtime.cli.installation`.
 
@@ -53,7 +54,7 @@ def add_parser(
 
 
 async def db_stop(args: argparse.Namespace, settings: TransportSettings) -> int:
-    from endpoint_runtime.embedded import data_dir, stop_embedded
+    from endpoint_runtime.connections.embedded import data_dir, stop_embedded
 
     directory = data_dir()
     try:
@@ -74,13 +75,13 @@ async def db_stop(args: argparse.Namespace, settings: TransportSettings) -> int:
 def _dsn(settings: TransportSettings) -> str:
     """The DSN of the server the commands use: the configured one, else the embedded one
     (started when it does not run yet). ``""`` means libpq's ``PG*`` variables."""
-    from endpoint_runtime.embedded import resolve_dsn
+    from endpoint_runtime.connections.embedded import resolve_dsn
 
     return resolve_dsn(settings.dsn)
 
 
 async def db_url(args: argparse.Namespace, settings: TransportSettings) -> int:
-    from endpoint_runtime.embedded import redact_dsn
+    from endpoint_runtime.connections.embedded import redact_dsn
 
     dsn = await asyncio.to_thread(_dsn, settings)
     if not dsn:
@@ -92,7 +93,7 @@ async def db_url(args: argparse.Namespace, settings: TransportSettings) -> int:
 
 
 def _libpq_shown() -> list[str]:
-    from endpoint_runtime.embedded import LIBPQ_VARIABLES
+    from endpoint_runtime.connections.embedded import LIBPQ_VARIABLES
 
     return [name for name in LIBPQ_VARIABLES if name != "PGPASSWORD" and os.environ.get(name)]
 
@@ -115,7 +116,7 @@ def psql_binary() -> Path | None:
     found = shutil.which("psql")
     if found:
         return Path(found)
-    from endpoint_runtime.embedded import import_pgserver
+    from endpoint_runtime.connections.embedded import import_pgserver
 
     try:
         pgserver = import_pgserver()

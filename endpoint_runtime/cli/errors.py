@@ -1,6 +1,7 @@
 """``endpoint-runtime errors list|show|retry|delete``: the messages of the error queue.
 
-Built on :mod:`endpoint_runtime.error_queue`. Messages are named by their native id (the queue
+Built on :mod:`endpoint_runtime.chain.recoverability.error_queue`. Messages are named by their
+native id (the queue
 row's ``id``, as ``errors list`` shows it). A retry moves the message back to its
 ``NServiceBus.FailedQ`` in one transaction; when that fails (no such message, no FailedQ, the
 FailedQ's table is gone, headers that do not parse) the message stays where it is.
@@ -20,6 +21,14 @@ import argparse
 import sys
 import uuid
 
+from endpoint_runtime.chain.recoverability.error_queue import (
+    FailedMessage,
+    delete_failed,
+    list_failed,
+    retry_all,
+    retry_failed,
+    show_failed,
+)
 from endpoint_runtime.cli.common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -28,18 +37,10 @@ from endpoint_runtime.cli.common import (
     positive_int,
 )
 from endpoint_runtime.cli.common import printable as _printable
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.error_queue import (
-    FailedMessage,
-    delete_failed,
-    list_failed,
-    retry_all,
-    retry_failed,
-    show_failed,
-)
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError, QueueNotFoundError
-from endpoint_runtime.messages import PoisonMessage, from_wire_time
 from endpoint_runtime.settings import TransportSettings
+from endpoint_runtime.wire.messages import PoisonMessage, from_wire_time
 
 DEFAULT_ERROR_QUEUE = "error"
 MESSAGE_COLUMN_WIDTH = 80

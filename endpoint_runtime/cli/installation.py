@@ -16,10 +16,10 @@ import msgspec
 
 from endpoint_runtime.cli.common import EXIT_OK, printable
 from endpoint_runtime.cli.run import merged_transport
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.endpoint import Endpoint, load_endpoint
-from endpoint_runtime.installation import EndpointTables, install
-from endpoint_runtime.privileges import endpoint_grants
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.installation import EndpointTables, install
+from endpoint_runtime.database.privileges import endpoint_grants
+from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.settings import EndpointSettings, TransportSettings
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from endpoint_runtime.cli.common import EXIT_OK, existing_queue, printable
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import QueueAddress
 

@@ -23,7 +23,7 @@ import argparse
 import asyncio
 
 from endpoint_runtime.cli.common import EXIT_OK
-from endpoint_runtime.embedded import resolve_dsn
+from endpoint_runtime.connections.embedded import resolve_dsn
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import TransportSettings
 

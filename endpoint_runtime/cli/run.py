@@ -23,7 +23,6 @@ import asyncpg
 import ray
 import structlog
 
-from endpoint_runtime.actors.cluster import ensure_ray
 from endpoint_runtime.cli.common import (
     EXIT_ERROR,
     EXIT_FAILED,
@@ -32,10 +31,11 @@ from endpoint_runtime.cli.common import (
     positive_int,
 )
 from endpoint_runtime.cli.status_lines import StatusFigures, StatusLines
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.deployment import EndpointDeployment
-from endpoint_runtime.endpoint import Endpoint, load_endpoint
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError
+from endpoint_runtime.runtime.actors.cluster import ensure_ray
+from endpoint_runtime.runtime.deployment import EndpointDeployment
+from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.settings import TransportSettings, load_settings
 
 log = structlog.get_logger("endpoint_runtime.cli")

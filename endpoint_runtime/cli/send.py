@@ -18,7 +18,7 @@ import msgspec
 
 from endpoint_runtime.cli.common import EXIT_OK, positive_int
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.sender import Sender
+from endpoint_runtime.runtime.sender import Sender
 from endpoint_runtime.settings import TransportSettings
 
 SENDER_NAME = "endpoint-runtime-cli"

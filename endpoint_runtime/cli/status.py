@@ -23,11 +23,11 @@ import sys
 import asyncpg
 import msgspec
 
+from endpoint_runtime.chain.subscriptions import dangling_subscriptions, subscription_store
 from endpoint_runtime.cli.common import EXIT_OK, positive_float, printable
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.subscriptions import dangling_subscriptions, subscription_store
 from endpoint_runtime.transport import QueueAddress
 
 AUDIT_QUEUE = "audit"

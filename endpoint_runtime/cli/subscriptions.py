@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import argparse
 
-from endpoint_runtime.cli.common import EXIT_FAILED, EXIT_OK, existing_queue, printable
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.privileges import subscription_policies
-from endpoint_runtime.settings import TransportSettings
-from endpoint_runtime.subscriptions import (
+from endpoint_runtime.chain.subscriptions import (
     dangling_subscriptions,
     prune_dangling,
     subscription_store,
 )
+from endpoint_runtime.cli.common import EXIT_FAILED, EXIT_OK, existing_queue, printable
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.privileges import subscription_policies
+from endpoint_runtime.settings import TransportSettings
 
 
 def add_parser(

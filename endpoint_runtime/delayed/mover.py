@@ -21,7 +21,7 @@ import time
 import asyncpg
 import structlog
 
-from endpoint_runtime.circuit_breakers import CircuitBreaker, CriticalErrorHandler
+from endpoint_runtime.connections.circuit_breakers import CircuitBreaker, CriticalErrorHandler
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.delayed.undeliverable import move_undeliverable
 from endpoint_runtime.settings import DelayedDeliverySettings

@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from endpoint_runtime.circuit_breakers import CircuitBreaker
+from endpoint_runtime.connections.circuit_breakers import CircuitBreaker
 from endpoint_runtime.transport.connection import DatabaseConnection
 
 

@@ -8,7 +8,10 @@ The copy keeps the stored headers (or, when they do not parse, carries them whol
 from __future__ import annotations
 
 from endpoint_runtime.delayed.store import DelayedMessage
-from endpoint_runtime.messages import (
+from endpoint_runtime.transport import sending
+from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.sending import Executor
+from endpoint_runtime.wire.messages import (
     MACHINE,
     MAX_EXCEPTION_MESSAGE,
     ErrorHeaders,
@@ -17,9 +20,6 @@ from endpoint_runtime.messages import (
     to_wire_time,
     utc_now,
 )
-from endpoint_runtime.transport import sending
-from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.sending import Executor
 
 
 async def move_undeliverable(

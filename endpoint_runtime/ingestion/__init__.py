@@ -29,10 +29,10 @@ from typing import Any
 import asyncpg
 import structlog
 
-from endpoint_runtime.endpoint import Endpoint
+from endpoint_runtime.chain.pipeline import Pipeline
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.ingestion.strategy import IngestionStrategy
-from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.runtime.endpoint import Endpoint
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import ReceiveStrategy
 from endpoint_runtime.transport.addresses import QueueAddress

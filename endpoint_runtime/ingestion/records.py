@@ -19,15 +19,19 @@ from typing import Any
 
 import msgspec
 
-from endpoint_runtime.messages import (
+from endpoint_runtime.chain.recoverability.policy import (
+    MAX_EXCEPTION_MESSAGE,
+    ErrorHeaders,
+    RetryHeaders,
+)
+from endpoint_runtime.wire.messages import (
     Headers,
     PoisonMessage,
     TransportMessage,
     decode_headers,
     from_wire_time,
 )
-from endpoint_runtime.recoverability import MAX_EXCEPTION_MESSAGE, ErrorHeaders, RetryHeaders
-from endpoint_runtime.serialization import enclosed_type_names
+from endpoint_runtime.wire.serialization import enclosed_type_names
 
 MAX_FIELD = 1_000
 """Characters kept of a header value that names something (hostile input can be long)."""

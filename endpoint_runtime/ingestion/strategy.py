@@ -8,9 +8,9 @@ transaction: nothing is dropped and nothing stops ingestion.
 
 from __future__ import annotations
 
+from endpoint_runtime.chain.pipeline import Pipeline
 from endpoint_runtime.ingestion.records import records_of
 from endpoint_runtime.ingestion.storage import OperationalData
-from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.transactions.base import EMPTY, ReceiveSlot, Round
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.connection import DatabaseConnection

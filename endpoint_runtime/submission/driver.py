@@ -20,20 +20,20 @@ from typing import Any, TypeVar
 import asyncpg
 import structlog
 
-from endpoint_runtime.actors.cluster import ensure_ray
-from endpoint_runtime.actors.committed_counts import counts_table, read_committed
 from endpoint_runtime.cli.run import deployment_overrides
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.deployment import (
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.installation import EndpointTables
+from endpoint_runtime.errors import EndpointRuntimeError, ResourcesUnavailableError
+from endpoint_runtime.logging import configure_logging
+from endpoint_runtime.runtime.actors.cluster import ensure_ray
+from endpoint_runtime.runtime.actors.committed_counts import counts_table, read_committed
+from endpoint_runtime.runtime.deployment import (
     EndpointDeployment,
     check_placement,
     deployment_settings,
     prepare_endpoint,
 )
-from endpoint_runtime.endpoint import Endpoint, load_endpoint
-from endpoint_runtime.errors import EndpointRuntimeError, ResourcesUnavailableError
-from endpoint_runtime.installation import EndpointTables
-from endpoint_runtime.logging import configure_logging
+from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.submission import replacing
 from endpoint_runtime.submission.options import SubmitOptions, as_arguments, parse

@@ -16,7 +16,7 @@ import re
 
 import structlog
 
-from endpoint_runtime.deployment import EndpointDeployment
+from endpoint_runtime.runtime.deployment import EndpointDeployment
 
 log = structlog.get_logger("endpoint_runtime.submit")
 

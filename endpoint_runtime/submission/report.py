@@ -14,8 +14,8 @@ from typing import Any
 
 import msgspec
 
-from endpoint_runtime.actors.deployment_status import DeploymentStatus
-from endpoint_runtime.deployment import EndpointDeployment
+from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
+from endpoint_runtime.runtime.deployment import EndpointDeployment
 
 
 class NodeReport(msgspec.Struct, kw_only=True):

@@ -15,9 +15,9 @@ from typing import Any
 
 import structlog
 
-from endpoint_runtime.actors.deployment_status import DeploymentStatus
-from endpoint_runtime.actors.peeker import PeekerNotes
-from endpoint_runtime.deployment import EndpointDeployment
+from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
+from endpoint_runtime.runtime.actors.peeker import PeekerNotes
+from endpoint_runtime.runtime.deployment import EndpointDeployment
 
 log = structlog.get_logger("endpoint_runtime.submit")
 

@@ -2,7 +2,7 @@
 
 With the outbox, a message's business transaction commits its record on the business connection,
 and its dispatch (the record's operations inserted into their queues, the record marked) commits
-right after it, in the same round trip (``outbox_step``). What is left for the receive
+right after it, in the same round trip (``chain.outbox.step``). What is left for the receive
 transaction is the ack: the DELETE of the incoming row. Acks may wait: a message whose ack rolls
 back comes again, finds its record, and is acknowledged without running its handlers (its
 dispatch already happened, or happens then, once).

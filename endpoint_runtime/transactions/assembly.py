@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import asyncpg
 
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
+from endpoint_runtime.chain.pipeline import Pipeline
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.modes import TransactionMode
-from endpoint_runtime.outbox import OutboxStorage
-from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.atomic import atomic_strategy
 from endpoint_runtime.transactions.base import ReceiveStrategy

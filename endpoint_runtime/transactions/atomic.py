@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from endpoint_runtime.pipeline import Pipeline
+from endpoint_runtime.chain.pipeline import Pipeline
 from endpoint_runtime.transactions.single import SingleMessageStrategy
 
 

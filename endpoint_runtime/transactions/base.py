@@ -10,13 +10,13 @@ from typing import Protocol, Self
 import asyncpg
 import msgspec
 
+from endpoint_runtime.chain.outgoing import as_delayed
 from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
-from endpoint_runtime.messages import OutgoingMessage
-from endpoint_runtime.outgoing import as_delayed
 from endpoint_runtime.transactions.counting import NO_COUNTS, SlotCounts
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.wire.messages import OutgoingMessage
 
 
 class Round(msgspec.Struct):

@@ -17,8 +17,7 @@ from __future__ import annotations
 import asyncpg
 import structlog
 
-from endpoint_runtime.messages import PoisonMessage, TransportMessage
-from endpoint_runtime.pipeline import Outcome, Pipeline, Unit
+from endpoint_runtime.chain.pipeline import Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ReceiveSlot, Round
 from endpoint_runtime.transactions.counting import SlotCounts
 from endpoint_runtime.transactions.receive_transaction import (
@@ -33,6 +32,7 @@ from endpoint_runtime.transport.savepoints import (
     LazySavepointConnection,
     OpenTransactionConnection,
 )
+from endpoint_runtime.wire.messages import PoisonMessage, TransportMessage
 
 log = structlog.get_logger("endpoint_runtime.batched")
 

@@ -6,7 +6,7 @@ table (``transport/sql/committed_counts.sql``): (deployment, receiver, slot) wit
 moved to the error queue). A strategy adds to the row with the statement
 :meth:`SlotCounts.statement` returns, sent in the same simple query as the COMMIT of the work it
 counts: the count commits exactly when that work does, and costs no round trip. Rows of one
-deployment are summed by :func:`endpoint_runtime.actors.committed_counts.read_committed`.
+deployment are summed by :func:`endpoint_runtime.runtime.actors.committed_counts.read_committed`.
 
 A row per slot, not per receiver: a row is locked from its update until the COMMIT has been
 flushed, and slots sharing a row would wait for each other's flushes. The row is made before
@@ -30,6 +30,9 @@ from __future__ import annotations
 import functools
 import re
 
+import asyncpg
+
+from endpoint_runtime.errors import CommittedCountsFailedError
 from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
 from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
@@ -77,8 +80,15 @@ class SlotCounts:
 
     async def ensure_row(self, connection: DatabaseConnection) -> None:
         """Make the row (counting nothing) unless it exists, and mark it alive: one
-        statement, outside any transaction, before the slot's first count."""
-        await connection.execute(self._ensure_row, *self._key, self._node_id)
+        statement, outside any transaction, before the slot's first count. A table that is
+        missing or not granted raises :class:`CommittedCountsFailedError`, as a count does."""
+        try:
+            await connection.execute(self._ensure_row, *self._key, self._node_id)
+        except Exception as exc:
+            refusal = counts_refused(exc)
+            if refusal is None:
+                raise
+            raise refusal from exc
 
     async def statement(self, connection: DatabaseConnection, *, processed: int = 0,
                         failed: int = 0) -> str:
@@ -132,3 +142,19 @@ class PendingCounts:
     def sent(self, carried: tuple[int, int]) -> None:
         self.processed -= carried[0]
         self.failed -= carried[1]
+
+
+def counts_refused(exc: BaseException) -> CommittedCountsFailedError | None:
+    """The error to raise when ``exc`` (or what it was raised from) is the database's refusal
+    of the committed-counts table (missing, or not granted), else None. It is a set-up fault,
+    never charged to a message: charged, the message would head for the error queue, whose
+    move carries a count too and fails the same way, and it would go round for ever."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if (isinstance(cause, asyncpg.UndefinedTableError | asyncpg.InsufficientPrivilegeError)
+                and COUNTS_TABLE_SUFFIX.lower() in str(cause).lower()):
+            return CommittedCountsFailedError(
+                f"the committed counts could not be written ({cause}): run `endpoint-runtime "
+                f"db install` for this endpoint, or grant its role the table (db grants)")
+        cause = cause.__cause__
+    return None

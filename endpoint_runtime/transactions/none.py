@@ -19,8 +19,7 @@ import asyncio
 import asyncpg
 import structlog
 
-from endpoint_runtime.messages import PoisonMessage
-from endpoint_runtime.pipeline import Outcome, Pipeline, Unit
+from endpoint_runtime.chain.pipeline import Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import EMPTY, ImmediateDispatcher, ReceiveSlot, Round
 from endpoint_runtime.transactions.counting import NO_COUNTS, PendingCounts
 from endpoint_runtime.transactions.receive_transaction import (
@@ -31,6 +30,7 @@ from endpoint_runtime.transactions.receive_transaction import (
 )
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.connection import QUERY_ERRORS, DatabaseConnection
+from endpoint_runtime.wire.messages import PoisonMessage
 
 log = structlog.get_logger("endpoint_runtime.none")
 

@@ -4,10 +4,10 @@ Per message, on the receive connection (A) and a business connection (B) the slo
 
 1. A: BEGIN; DELETE the lowest unlocked seq (receive); in optimistic mode the same statement
    looks the message id up in the outbox.
-2. One call into the chain with an :class:`~endpoint_runtime.outbox_step.OutboxUnit` (A, B,
+2. One call into the chain with an :class:`~endpoint_runtime.chain.outbox.step.OutboxUnit` (A, B,
    what the look-up found): recoverability's moves go on A; the outbox step runs the
    deduplication, the business transaction on B with the handlers, and the dispatch
-   (``endpoint_runtime.outbox_step``).
+   (``endpoint_runtime.chain.outbox.step``).
 3. A: COMMIT (the ack), usually together with the acks of the next messages when the dispatch
    went with the business commit (``transactions.ack_group``, setting ``acks_per_commit``).
 
@@ -27,10 +27,9 @@ import asyncpg
 import structlog
 from asyncpg.pool import PoolConnectionProxy
 
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.outbox import OutboxStorage
-from endpoint_runtime.outbox_step import OutboxUnit
-from endpoint_runtime.pipeline import Outcome, Pipeline
+from endpoint_runtime.chain.outbox.step import OutboxUnit
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
+from endpoint_runtime.chain.pipeline import Outcome, Pipeline
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.ack_group import AckGroup
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ReceiveSlot, Round
@@ -54,8 +53,9 @@ from endpoint_runtime.transport.connection import (
 )
 from endpoint_runtime.transport.receiving import Received
 from endpoint_runtime.transport.savepoints import OpenTransactionConnection
+from endpoint_runtime.wire.messages import TransportMessage
 
-log = structlog.get_logger("endpoint_runtime.outbox")
+log = structlog.get_logger("endpoint_runtime.chain.outbox.storage")
 
 
 class OutboxStrategy:

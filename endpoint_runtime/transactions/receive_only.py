@@ -12,12 +12,12 @@ from datetime import datetime
 
 import asyncpg
 
+from endpoint_runtime.chain.pipeline import Pipeline
 from endpoint_runtime.delayed.store import DelayedMessageStore
-from endpoint_runtime.messages import Headers, OutgoingMessage
-from endpoint_runtime.pipeline import Pipeline
 from endpoint_runtime.transactions.base import BufferedDispatcher, ImmediateDispatcher
 from endpoint_runtime.transactions.single import SingleMessageStrategy
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.wire.messages import Headers, OutgoingMessage
 
 
 class AuditWithReceiveDispatcher(BufferedDispatcher):

@@ -13,7 +13,7 @@ Round trips are what a receive costs, so they are saved where the guarantees all
   processed for a message whose handlers ran, failed for one moved to the error queue (what
   the chain noted on its unit, :func:`count_statement`).
 
-Once a message's transaction ended, its :class:`~endpoint_runtime.pipeline.Unit` hears of it
+Once a message's transaction ended, its :class:`~endpoint_runtime.chain.pipeline.Unit` hears of it
 (:func:`settled` after a commit, :func:`charge_or_raise` after a failed one), and the steps'
 hooks run.
 """
@@ -25,15 +25,13 @@ import re
 
 import asyncpg
 
+from endpoint_runtime.chain.pipeline import Outcome, Unit
 from endpoint_runtime.errors import (
-    CommittedCountsFailedError,
     QueueNotFoundError,
     RecoverabilityFailedError,
 )
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.pipeline import Outcome, Unit
 from endpoint_runtime.transactions.base import Round
-from endpoint_runtime.transactions.counting import COUNTS_TABLE_SUFFIX, SlotCounts
+from endpoint_runtime.transactions.counting import SlotCounts, counts_refused
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.connection import (
     QUERY_ERRORS,
@@ -41,6 +39,7 @@ from endpoint_runtime.transport.connection import (
     in_transaction,
     is_lost,
 )
+from endpoint_runtime.wire.messages import TransportMessage
 
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
 # Before a handled message's COMMIT: fails in an aborted transaction, whose COMMIT PostgreSQL
@@ -84,27 +83,10 @@ def charge_or_raise(
             or not isinstance(received, TransportMessage)
             or isinstance(exc, RecoverabilityFailedError) or is_lost(connection)):
         raise exc
-    refusal = counts_refusal(exc)
+    refusal = counts_refused(exc)
     if refusal is not None:
-        raise CommittedCountsFailedError(
-            f"the committed counts could not be written ({refusal}): run `endpoint-runtime "
-            f"db install` for this endpoint, or grant its role the table (db grants)"
-        ) from exc
+        raise refusal from exc
     unit.rolled_back(exc)
-
-
-def counts_refusal(exc: BaseException) -> str | None:
-    """The database's words when ``exc`` (or what it was raised from) is its refusal of the
-    committed-counts table (missing, or not granted), else None. Charging the message for it
-    would move it towards the error queue, whose move carries a count too and fails the same
-    way: the message would go round for ever."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if (isinstance(cause, asyncpg.UndefinedTableError | asyncpg.InsufficientPrivilegeError)
-                and COUNTS_TABLE_SUFFIX.lower() in str(cause).lower()):
-            return str(cause)
-        cause = cause.__cause__
-    return None
 
 
 def settled(unit: Unit, outcome: Outcome) -> Round:

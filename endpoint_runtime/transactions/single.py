@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from endpoint_runtime.pipeline import Outcome, Pipeline, Unit
+from endpoint_runtime.chain.pipeline import Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import (
     EMPTY,
     BufferedDispatcher,

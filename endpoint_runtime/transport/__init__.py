@@ -12,7 +12,8 @@ Modules, in the order a message meets them:
 - ``listening``: LISTEN connections that come back after a lost connection
 
 The package imports nothing of ``endpoint_runtime`` but ``errors`` and ``messages``:
-:mod:`endpoint_runtime.connecting` (pools, :class:`~endpoint_runtime.connecting.PostgresTransport`)
+:mod:`endpoint_runtime.connections.connecting` (pools,
+:class:`~endpoint_runtime.connections.connecting.PostgresTransport`)
 ties it to settings and to where the server comes from.
 """
 

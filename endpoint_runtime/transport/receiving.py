@@ -13,10 +13,10 @@ from typing import Any
 import asyncpg
 
 from endpoint_runtime.errors import PoisonMessageError, QueueNotFoundError
-from endpoint_runtime.messages import PoisonMessage, TransportMessage, decode_headers
 from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.wire.messages import PoisonMessage, TransportMessage, decode_headers
 
 Received = TransportMessage | PoisonMessage
 FULL_SCAN_INTERVAL = 1.0  # seconds: how often a connection's receive scans from the start

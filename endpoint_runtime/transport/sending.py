@@ -9,16 +9,16 @@ from typing import TypeAlias
 import asyncpg
 
 from endpoint_runtime.errors import QueueNotFoundError
-from endpoint_runtime.messages import (
+from endpoint_runtime.transport import statements
+from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
+from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
+from endpoint_runtime.wire.messages import (
     Headers,
     OutgoingMessage,
     encode_headers,
     is_canonical_uuid,
 )
-from endpoint_runtime.transport import statements
-from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
-from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
 
 # Above this many bytes of headers and body a message goes as parameters: a literal doubles
 # the body (hex) and the server would parse it as SQL text.

@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from endpoint_runtime.analytics import ReportOptions, run_report
 from endpoint_runtime.analytics.result import ReportResult
 from endpoint_runtime.cli import main
-from endpoint_runtime.embedded import with_database
+from endpoint_runtime.connections.embedded import with_database
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.transport import quote_identifier

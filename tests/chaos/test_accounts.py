@@ -192,7 +192,7 @@ def test_a_receiver_death_in_the_error_queue_matches_any_fate() -> None:
     doomed = ledger.of(Fate.OK)
     ledger.effects.pop(doomed)
     ledger.echoes.pop(doomed)
-    ledger.error_queue[doomed] = "endpoint_runtime.actors.crash_ledger.ReceiverDiedError"
+    ledger.error_queue[doomed] = "endpoint_runtime.runtime.actors.crash_ledger.ReceiverDiedError"
     accounts = account(ledger.observed())
     assert accounts.receiver_deaths == 1
     assert failed_checks(accounts) == []

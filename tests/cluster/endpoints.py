@@ -16,7 +16,7 @@ import msgspec
 import ray
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
-from endpoint_runtime.messages import RetryHeaders
+from endpoint_runtime.wire.messages import RetryHeaders
 
 HANDLER_SECONDS = 0.1
 DELAYED_RETRY_SECONDS = 4.0

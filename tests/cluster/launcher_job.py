@@ -22,8 +22,8 @@ from typing import Any
 
 import msgspec
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.embedded import resolve_dsn
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.connections.embedded import resolve_dsn
 from endpoint_runtime.settings import TransportSettings, load_settings
 from tests.cluster.launcher_endpoints import QUEUE, TABLE
 

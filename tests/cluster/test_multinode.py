@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.cluster.endpoints import DELAYED_RETRY_SECONDS, Job
 from tests.cluster.nodes import LocalCluster
 

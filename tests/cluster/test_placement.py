@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from endpoint_runtime.actors.scaling import has_resources, spread_over_nodes, unsatisfiable
+from endpoint_runtime.runtime.actors.scaling import has_resources, spread_over_nodes, unsatisfiable
 
 
 def test_new_receivers_go_to_the_nodes_with_the_fewest() -> None:

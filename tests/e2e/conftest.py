@@ -18,12 +18,12 @@ import pytest
 import ray
 
 from endpoint_runtime import EndpointDeployment, Sender, TransportSettings
-from endpoint_runtime.actors.cluster import ensure_ray
-from endpoint_runtime.actors.deployment_status import DeploymentStatus
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import PoisonMessage, TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.runtime.actors.cluster import ensure_ray
+from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.messages import PoisonMessage, TransportMessage
 
 ENDPOINTS_MODULE = "tests.e2e.endpoints"
 PEEK_DELAY = 0.2

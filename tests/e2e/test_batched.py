@@ -6,9 +6,9 @@ import collections
 
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.wire.messages import TransportMessage
 from tests.e2e.conftest import (
     Deployer,
     create_queues,

@@ -10,9 +10,9 @@ import asyncio
 import pytest
 
 from endpoint_runtime import Endpoint, EndpointDeployment, Sender, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.installation import install
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.installation import install
 from tests.e2e.conftest import PEEK_DELAY, STOP_TIMEOUT, Deployer, count, wait_for
 from tests.support import schema_endpoints
 from tests.support.schema_endpoints import LEDGER, ORDERS, Book, RecordOrder

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from endpoint_runtime import Sender
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.e2e.conftest import Deployer, fresh_status, status_line, wait_for
 from tests.support import commit_failing_endpoints
 from tests.support.commit_failing_endpoints import AddLine

@@ -7,8 +7,8 @@ from datetime import datetime
 
 import pytest
 
-from endpoint_runtime.actors.deployment_status import DeploymentStatus
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
 from tests.e2e.conftest import (
     Deployer,
     count,

@@ -12,8 +12,8 @@ import asyncpg
 import pytest
 
 from endpoint_runtime import ConfigurationError, EndpointSettings, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.connection_budget import (
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.connections.connection_budget import (
     APPLICATION_NAME_BYTES,
     ConnectionBudget,
     ServerCapacity,
@@ -21,7 +21,7 @@ from endpoint_runtime.connection_budget import (
     reserving_dsn,
     server_capacity,
 )
-from endpoint_runtime.embedded import with_database
+from endpoint_runtime.connections.embedded import with_database
 from endpoint_runtime.transport import quote_identifier
 from tests.e2e.conftest import Deployer
 from tests.support.hardening_endpoints import wide

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.e2e.conftest import Deployer, count, fresh_status, wait_for, wait_for_status
 from tests.support.hardening_endpoints import Doomed, Work
 

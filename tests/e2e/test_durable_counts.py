@@ -2,7 +2,8 @@
 
 Black-box, per transaction mode: messages go in through the endpoint's queue, the business
 rows and the error queue are read with SQL, and the counts with
-:func:`~endpoint_runtime.actors.committed_counts.read_committed`, the reader the submit report
+:func:`~endpoint_runtime.runtime.actors.committed_counts.read_committed`, the reader the submit
+report
 uses. Each mode's endpoint is in ``tests/support/counted_endpoints.py``.
 """
 
@@ -15,12 +16,12 @@ import pytest
 import ray
 
 from endpoint_runtime import Endpoint, EndpointDeployment
-from endpoint_runtime.actors.committed_counts import (
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.runtime.actors.committed_counts import (
     CommittedCounts,
     counts_table,
     read_committed,
 )
-from endpoint_runtime.connecting import PostgresTransport
 from tests.e2e.conftest import (
     Deployer,
     count,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from endpoint_runtime import Headers, MessageIntent, QueueAddress, Sender, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import TransportMessage
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.wire.messages import TransportMessage
 from tests.e2e.conftest import Deployer, count, create_queues, drain_queue, wait_for
 from tests.e2e.endpoints import Ordered, Request, Unrelated
 

@@ -12,11 +12,11 @@ import asyncpg
 import pytest
 
 from endpoint_runtime import Endpoint, EndpointDeployment, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.installation import EndpointTables, install
+from endpoint_runtime.database.privileges import endpoint_grants
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.installation import EndpointTables, install
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.privileges import endpoint_grants
 from tests.e2e.conftest import PEEK_DELAY, STOP_TIMEOUT, count, wait_for
 from tests.support import least_privilege_endpoints
 from tests.support.least_privilege_endpoints import BILLING, BUSINESS_TABLE, PlaceOrder

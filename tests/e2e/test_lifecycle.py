@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from endpoint_runtime import Sender
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.e2e.conftest import (
     Deployer,
     count,

@@ -9,7 +9,7 @@ import pytest
 import ray
 
 from endpoint_runtime import Sender
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.e2e.conftest import Deployer, wait_for
 from tests.integration.test_publish_subscribe import prepare
 from tests.support import commit_failing_endpoints, pubsub_endpoints

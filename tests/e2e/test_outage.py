@@ -22,10 +22,10 @@ import pytest
 import structlog
 
 from endpoint_runtime import TransportSettings
+from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.cli.common import EXIT_OK
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.embedded import with_database
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.connections.embedded import with_database
 from tests.e2e.conftest import (
     Deployer,
     count,

@@ -11,9 +11,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from endpoint_runtime import TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import Headers
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.wire.messages import Headers
 from tests.e2e.conftest import (
     Deployer,
     count,

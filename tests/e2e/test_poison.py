@@ -8,10 +8,10 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Headers
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import PoisonMessage, TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.wire.messages import PoisonMessage, TransportMessage
 from tests.e2e.conftest import (
     Deployer,
     count,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from endpoint_runtime import Sender, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.e2e.conftest import Deployer, count, wait_for
 from tests.integration.test_publish_subscribe import prepare
 from tests.support import pubsub_endpoints

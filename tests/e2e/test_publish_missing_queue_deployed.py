@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from endpoint_runtime import Sender, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.error_queue import list_failed
-from endpoint_runtime.subscriptions import topics_of
+from endpoint_runtime.chain.recoverability.error_queue import list_failed
+from endpoint_runtime.chain.subscriptions import topics_of
+from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.e2e.conftest import Deployer, count, wait_for
 from tests.integration.test_publish_subscribe import SUBSCRIBERS, prepare
 from tests.support import pubsub_endpoints

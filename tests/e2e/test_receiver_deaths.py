@@ -2,7 +2,7 @@
 
 The handler of ``Work(behaviour="die")`` calls ``os._exit`` (as a native crash or an
 out-of-memory kill would end the process: no exception, no cleanup). The in-memory failure
-count dies with the process; the crash ledger (``endpoint_runtime.actors.crash_ledger``) is
+count dies with the process; the crash ledger (``endpoint_runtime.runtime.actors.crash_ledger``) is
 what counts the deaths.
 """
 
@@ -13,17 +13,17 @@ import uuid
 import pytest
 import ray
 
-from endpoint_runtime.actors.crash_ledger import (
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.error_queue import list_failed, retry_failed
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.runtime.actors.crash_ledger import (
     MAX_RECEIVER_DEATHS,
     CrashLedger,
     DeathCounts,
     read_ledger_on_node,
 )
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.error_queue import list_failed, retry_failed
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.wire.messages import TransportMessage
 from tests.e2e.conftest import (
     Deployer,
     count,
@@ -72,7 +72,7 @@ async def test_a_message_that_kills_its_receiver_goes_to_the_error_queue_after_t
     assert copy.body == killer.body
     assert copy.headers[ErrorHeaders.FAILED_QUEUE] == "public.crashing"
     assert copy.headers[ErrorHeaders.EXCEPTION_TYPE] == (
-        "endpoint_runtime.actors.crash_ledger.ReceiverDiedError")
+        "endpoint_runtime.runtime.actors.crash_ledger.ReceiverDiedError")
     reason = copy.headers[ErrorHeaders.MESSAGE]
     assert "the receiver process died 3 times while handling this message" in reason
     assert await transport.depth("crashing") == 0

@@ -14,13 +14,13 @@ import msgspec
 import pytest
 
 from endpoint_runtime import EndpointDeployment, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.embedded import with_database
-from endpoint_runtime.error_queue import retry_failed
-from endpoint_runtime.messages import OutgoingMessage, TransportMessage, from_wire_time
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders, RetryHeaders
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.error_queue import retry_failed
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders, RetryHeaders
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.connections.embedded import with_database
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.messages import OutgoingMessage, TransportMessage, from_wire_time
 from tests.e2e.conftest import (
     Deployer,
     count,

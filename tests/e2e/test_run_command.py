@@ -34,9 +34,9 @@ import pytest
 import ray
 
 from endpoint_runtime import TransportSettings
+from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.cli.common import EXIT_INTERRUPTED, EXIT_OK
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.e2e.conftest import count, queue_exists, wait_for
 from tests.support.cli import quiet_logging, run_cli, run_logs
 from tests.support.run_endpoints import Note

@@ -28,10 +28,10 @@ import structlog
 
 from benchmarks.common import provenance, write_result
 from endpoint_runtime import EndpointDeployment, Sender, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.embedded import with_database
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.connections.embedded import with_database
 from endpoint_runtime.errors import EndpointRuntimeError
-from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport import quote_identifier
 from tests.e2e.conftest import PEEK_DELAY, STOP_TIMEOUT, count, wait_for
 from tests.support import least_privilege_endpoints
@@ -156,14 +156,14 @@ def benchmark_json(role: Role, tmp_path: Path) -> dict[str, str]:
 def driver_log_events() -> Iterator[list[MutableMapping[str, Any]]]:
     """The deployment module's log events at every level, whatever an earlier test configured
     (loggers are cached with the level filter they were first used under)."""
-    import endpoint_runtime.deployment as deployment_module
+    import endpoint_runtime.runtime.deployment as deployment_module
 
     saved = structlog.get_config()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG))
     try:
         with structlog.testing.capture_logs() as events, pytest.MonkeyPatch.context() as patch:
             patch.setattr(deployment_module, "log",
-                          structlog.get_logger("endpoint_runtime.deployment"))
+                          structlog.get_logger("endpoint_runtime.runtime.deployment"))
             yield events
     finally:
         structlog.configure(**saved)

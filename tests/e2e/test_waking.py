@@ -7,9 +7,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.wire.messages import TransportMessage
 from tests.e2e.conftest import Deployer, count, drain_queue, wait_for, wait_for_status
 from tests.support.waking_endpoints import Flaky, Ping, Report
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from endpoint_runtime import Headers, QueueAddress, Sender
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.chain.subscriptions import SubscriptionStore, topics_of
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.messages import ErrorHeaders, decode_headers
-from endpoint_runtime.subscriptions import SubscriptionStore, topics_of
+from endpoint_runtime.wire.messages import ErrorHeaders, decode_headers
 from tests.e2e.conftest import Deployer, count, wait_for
 from tests.support.kinds_endpoints import OrderNote, OrderPlaced, PlaceOrder
 

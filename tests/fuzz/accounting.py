@@ -8,10 +8,10 @@ import collections
 import uuid
 
 from endpoint_runtime import Endpoint
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.installation import EndpointTables, install
 from endpoint_runtime.errors import PoisonMessageError
-from endpoint_runtime.installation import EndpointTables, install
-from endpoint_runtime.messages import (
+from endpoint_runtime.wire.messages import (
     ErrorHeaders,
     Headers,
     PoisonMessage,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
-from endpoint_runtime.serialization import message_type_name
+from endpoint_runtime.wire.serialization import message_type_name
 
 SINK = "fuzz_sink"
 HANDLED_TABLE = "fuzz_handled"

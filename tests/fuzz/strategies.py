@@ -14,7 +14,7 @@ import uuid
 import msgspec
 from hypothesis import strategies as st
 
-from endpoint_runtime.messages import ErrorHeaders, Headers, RetryHeaders
+from endpoint_runtime.wire.messages import ErrorHeaders, Headers, RetryHeaders
 from tests.fuzz.endpoints import FUZZED_TYPE, Fuzzed
 
 # Text PostgreSQL can store in a text column: no NUL, no lone surrogates.

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 
 from endpoint_runtime import Endpoint, EndpointDeployment
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.installation import EndpointTables
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.installation import EndpointTables
 from tests.e2e.conftest import Deployer, count, deployer, ray_session, wait_for
 from tests.fuzz.accounting import (
     assert_conserved,

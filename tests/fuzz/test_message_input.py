@@ -12,8 +12,8 @@ from endpoint_runtime.errors import (
     PoisonMessageError,
     UnknownMessageTypeError,
 )
-from endpoint_runtime.messages import decode_headers, encode_headers
-from endpoint_runtime.serialization import MessageTypes
+from endpoint_runtime.wire.messages import decode_headers, encode_headers
+from endpoint_runtime.wire.serialization import MessageTypes
 from tests.fuzz.conftest import outcome
 from tests.fuzz.endpoints import FUZZED_TYPE, Fuzzed
 from tests.fuzz.strategies import bodies, header_texts, type_names

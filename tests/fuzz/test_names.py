@@ -10,17 +10,17 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.installation import EndpointTables
+from endpoint_runtime.database.privileges import grant_statements
 from endpoint_runtime.delayed.postgres import PostgresDelayedMessageStore
 from endpoint_runtime.errors import InvalidQueueNameError
-from endpoint_runtime.installation import EndpointTables
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.outbox import OutboxStorage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.privileges import grant_statements
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import QueueAddress, quote_identifier
 from endpoint_runtime.transport.addresses import ENDPOINT_NAME_SUFFIXES, TABLE_NAME_SUFFIXES
+from endpoint_runtime.wire.messages import TransportMessage
 from tests.fuzz.conftest import examples, outcome
 from tests.fuzz.endpoints import Echo
 from tests.integration.test_hostile_input import (

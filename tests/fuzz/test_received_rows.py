@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 
 from endpoint_runtime import Endpoint
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.fuzz.accounting import (
     assert_conserved,
     insert,

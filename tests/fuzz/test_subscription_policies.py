@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.privileges import own_policy_name, subscription_policies
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.privileges import own_policy_name, subscription_policies
 from endpoint_runtime.transport import QueueAddress, quote_identifier
 from tests.fuzz.conftest import examples, outcome
 from tests.fuzz.test_names import injected, names, nonconforming

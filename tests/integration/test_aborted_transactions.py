@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 
 from endpoint_runtime import Endpoint
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import TransactionAbortedError
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.outbox import OutboxStorage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.wire.messages import TransportMessage
 from tests.support import swallowing_endpoints
 from tests.support.swallowing_endpoints import Claim
 

@@ -21,12 +21,12 @@ from typing import TypeVar
 import msgspec
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.error_queue import error_copy, show_failed
-from endpoint_runtime.messages import Headers, TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders, Failure
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.error_queue import error_copy, show_failed
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders, Failure
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.settings import TransportSettings
+from endpoint_runtime.wire.messages import Headers, TransportMessage
 from tests.support.cli import CHARGE_CARD, ChargeCard, Outcome, quiet_logging, run_cli
 
 T = TypeVar("T")

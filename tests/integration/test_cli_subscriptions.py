@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from endpoint_runtime.privileges import subscription_policies
+from endpoint_runtime.database.privileges import subscription_policies
 from endpoint_runtime.transport import QueueAddress
 from tests.integration import test_cli
 from tests.integration.test_cli import Cli, Database

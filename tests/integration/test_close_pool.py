@@ -6,7 +6,7 @@ import time
 
 import asyncpg
 
-from endpoint_runtime.connecting import close_pool, connect_pool
+from endpoint_runtime.connections.connecting import close_pool, connect_pool
 from tests.e2e.conftest import wait_for
 
 

@@ -14,15 +14,15 @@ import msgspec
 import pytest
 
 from endpoint_runtime import ConfigurationError, Endpoint, Sender, TransportSettings
-from endpoint_runtime.circuit_breakers import BreakerState
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.connections.circuit_breakers import BreakerState
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.delayed import DelayedMessage, PostgresDelayedMessageStore
 from endpoint_runtime.delayed.mover import DelayedMessageMover
 from endpoint_runtime.delayed.store import DelayedMessageStore
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.settings import DelayedDeliverySettings
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.messages import TransportMessage
 from tests.support.arrivals import arrivals, assert_on_time, record_arrivals
 
 

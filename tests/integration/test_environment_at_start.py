@@ -21,7 +21,7 @@ from types import ModuleType
 import asyncpg
 import pytest
 
-from endpoint_runtime.embedded import with_database
+from endpoint_runtime.connections.embedded import with_database
 from tests.support.cli import quiet_logging, run_cli
 
 MODULE = "tests.support.late_environment_endpoint"

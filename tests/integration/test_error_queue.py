@@ -9,8 +9,8 @@ import msgspec
 import pytest
 
 from endpoint_runtime import EndpointRuntimeError, QueueNotFoundError
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.error_queue import (
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.error_queue import (
     delete_failed,
     error_copy,
     list_failed,
@@ -18,9 +18,9 @@ from endpoint_runtime.error_queue import (
     retry_failed,
     show_failed,
 )
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders, Failure
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders, Failure
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.wire.messages import TransportMessage
 
 
 class Charge(msgspec.Struct):

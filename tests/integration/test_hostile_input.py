@@ -19,17 +19,21 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Endpoint
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.policy import (
+    FAILURE_CACHE_SIZE,
+    ErrorHeaders,
+    FailedMessages,
+)
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.delayed.postgres import PostgresDelayedMessageStore
 from endpoint_runtime.errors import NotAQueueError, QueueNotFoundError
-from endpoint_runtime.messages import Headers, TransportMessage
-from endpoint_runtime.outbox import OutboxStorage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import FAILURE_CACHE_SIZE, ErrorHeaders, FailedMessages
-from endpoint_runtime.serialization import MessageTypes
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import QueueAddress, queue_tables, quote_identifier, sending
 from endpoint_runtime.transport.connection import MAX_PREPARED_STATEMENTS
+from endpoint_runtime.wire.messages import Headers, TransportMessage
+from endpoint_runtime.wire.serialization import MessageTypes
 from tests.support import reply_endpoints
 from tests.support.cli import Outcome, quiet_logging, run_cli
 from tests.support.reply_endpoints import Ping

@@ -9,13 +9,13 @@ import asyncpg
 import msgspec
 
 from endpoint_runtime import Endpoint
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.ingestion import IngestionEndpoint
 from endpoint_runtime.ingestion.storage import CLEAN_BATCH, SCAN_BATCH
-from endpoint_runtime.messages import Headers, encode_headers, from_wire_time
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.messages import Headers, encode_headers, from_wire_time
 from tests.integration.test_publish_subscribe import prepare
 from tests.support import pubsub_endpoints
 from tests.support.draining import drain

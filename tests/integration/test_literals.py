@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
 
 NASTY_TEXT = ["plain", "", "it's", "back\\slash", "trailing\\", "'); DROP TABLE victims; --",

@@ -10,17 +10,17 @@ import asyncpg
 import pytest
 
 from endpoint_runtime import ConfigurationError, Endpoint, TransactionMode
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import Headers, TransportMessage
-from endpoint_runtime.outbox import OutboxCleaner, OutboxStorage
-from endpoint_runtime.outbox_step import OutboxUnit
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outbox.step import OutboxUnit
+from endpoint_runtime.chain.outbox.storage import OutboxCleaner, OutboxStorage
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.base import BufferedDispatcher
 from endpoint_runtime.transactions.outbox_receive import OutboxStrategy
 from endpoint_runtime.transactions.receive_transaction import end_carried_transaction
 from endpoint_runtime.transport import quote_identifier
 from endpoint_runtime.transport.savepoints import OpenTransactionConnection
+from endpoint_runtime.wire.messages import Headers, TransportMessage
 from tests.support.outbox_endpoints import HELD_INVOICE_LOCK, PayInvoice, make
 from tests.support.outbox_endpoints import optimistic as optimistic_endpoint
 from tests.support.outbox_endpoints import pessimistic as pessimistic_endpoint

@@ -8,14 +8,14 @@ import asyncio
 import msgspec
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transactions.outbox_receive import OutboxStrategy
 from endpoint_runtime.transport.connection import QUERY_ERRORS
+from endpoint_runtime.wire.messages import TransportMessage
 from tests.integration.test_outbox import counts, drain, prepare
 from tests.support.expiry import send_expiring, wait_until_expired
 from tests.support.outbox_endpoints import PayInvoice, receipts

@@ -13,8 +13,8 @@ from typing import Any
 import asyncpg
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.outbox import OutboxStorage
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transport import QueueAddress
 
 RECORDS = 3_000

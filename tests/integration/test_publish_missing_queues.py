@@ -11,15 +11,15 @@ import pytest
 from structlog.testing import capture_logs
 
 from endpoint_runtime import Endpoint, Sender, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.error_queue import list_failed, retry_failed
+from endpoint_runtime.chain.metrics import Metrics
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.error_queue import list_failed, retry_failed
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.chain.subscriptions import topics_of
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import NotAQueueError
-from endpoint_runtime.messages import Headers, MessageIntent, TransportMessage
-from endpoint_runtime.metrics import Metrics
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders
-from endpoint_runtime.serialization import message_type_name
-from endpoint_runtime.subscriptions import topics_of
+from endpoint_runtime.wire.messages import Headers, MessageIntent, TransportMessage
+from endpoint_runtime.wire.serialization import message_type_name
 from tests.integration.test_publish_subscribe import SUBSCRIBERS, prepare
 from tests.support import pubsub_endpoints
 from tests.support.draining import received_all

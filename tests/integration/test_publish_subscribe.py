@@ -10,16 +10,16 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Endpoint, Sender, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import Headers, MessageIntent, from_wire_time
-from endpoint_runtime.outbox import OutboxStorage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.subscriptions import (
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.subscriptions import (
     SubscriptionStore,
     subscribe_to_handled_types,
     topics_of,
 )
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.messages import Headers, MessageIntent, from_wire_time
 from tests.support import pubsub_endpoints
 from tests.support.draining import drain, received_all
 from tests.support.pubsub_endpoints import (

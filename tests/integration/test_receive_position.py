@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator, Awaitable
 import asyncpg
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transport import QueueAddress, receiving, statements
+from endpoint_runtime.wire.messages import TransportMessage
 from tests.integration.test_transport import OrderPlaced
 
 TAKEN = 200

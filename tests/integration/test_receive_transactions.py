@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncpg
 import msgspec
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import Headers, TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transactions.single import SingleMessageStrategy
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.wire.messages import Headers, TransportMessage
 from tests.support.atomic_endpoints import Done, Job, ledger
 from tests.support.expiry import send_expiring, wait_until_expired
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import RecoverabilityFailedError
-from endpoint_runtime.outgoing import create_outgoing
 from tests.support.failing_endpoints import Doomed, doomed
 
 

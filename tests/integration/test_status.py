@@ -9,6 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
 from endpoint_runtime.cli.status import (
     UNPARSABLE,
     collect,
@@ -16,10 +18,8 @@ from endpoint_runtime.cli.status import (
     render,
     status_command,
 )
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import Headers, to_wire_time
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.recoverability import ErrorHeaders
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.wire.messages import Headers, to_wire_time
 from tests.integration import test_cli
 from tests.integration.test_cli import Cli, Database
 from tests.integration.test_ingestion import ingest

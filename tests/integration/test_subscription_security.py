@@ -14,18 +14,18 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Endpoint, Sender, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.installation import install
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.privileges import endpoint_grants, subscription_policies
-from endpoint_runtime.recoverability import ErrorHeaders
-from endpoint_runtime.subscriptions import (
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
+from endpoint_runtime.chain.subscriptions import (
     dangling_subscriptions,
     prune_dangling,
     subscribe_to_handled_types,
     subscription_store,
     topics_of,
 )
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.installation import install
+from endpoint_runtime.database.privileges import endpoint_grants, subscription_policies
 from endpoint_runtime.transport import QueueAddress
 from tests.integration.test_publish_missing_queues import drain
 from tests.support import pubsub_endpoints

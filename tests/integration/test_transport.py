@@ -10,11 +10,11 @@ import asyncpg
 import msgspec
 import pytest
 
-from endpoint_runtime.connecting import PostgresTransport
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import QueueNotFoundError
-from endpoint_runtime.messages import Headers, PoisonMessage, TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.transport import QueueAddress, receiving, sending
+from endpoint_runtime.wire.messages import Headers, PoisonMessage, TransportMessage
 from tests.support.expiry import send_expiring, wait_until_expired
 
 

@@ -13,12 +13,12 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Endpoint, HandlerContext
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import ErrorHeaders
-from endpoint_runtime.outbox import OutboxStorage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.pipeline import IncomingContext, Next
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.pipeline import IncomingContext, Next
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transactions.outbox_receive import OutboxStrategy
+from endpoint_runtime.wire.messages import ErrorHeaders
 from handlers_examples.tenancy import TENANT_HEADER as TENANT
 from handlers_examples.tenancy import copy_tenant
 from tests.support.draining import drain, received_all

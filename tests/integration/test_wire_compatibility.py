@@ -9,15 +9,15 @@ import msgspec
 import pytest
 
 from endpoint_runtime import ConfigurationError, Endpoint, HandlerContext, Sender, TransportSettings
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.installation import install as install_tables
-from endpoint_runtime.messages import Headers, MessageIntent
-from endpoint_runtime.outbox import OutboxStorage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.privileges import endpoint_grants
-from endpoint_runtime.serialization import message_type_name
-from endpoint_runtime.subscriptions import SubscriptionStore, topics_of
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.subscriptions import SubscriptionStore, topics_of
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.database.installation import install as install_tables
+from endpoint_runtime.database.privileges import endpoint_grants
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.messages import Headers, MessageIntent
+from endpoint_runtime.wire.serialization import message_type_name
 from tests.support.draining import drain, received_all
 from tests.support.kinds_endpoints import (
     Announced,

@@ -4,10 +4,10 @@ it sent (for integration tests that check messages in and rows out)."""
 from __future__ import annotations
 
 from endpoint_runtime import Endpoint
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.messages import TransportMessage
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transactions.base import ReceiveStrategy
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.messages import TransportMessage
 
 
 async def drain(transport: PostgresTransport, endpoint: Endpoint) -> ReceiveStrategy:

@@ -13,8 +13,8 @@ from datetime import timedelta
 
 import msgspec
 
-from endpoint_runtime.connecting import PostgresTransport
-from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transport import QueueAddress
 
 SHORT_LIFE = timedelta(milliseconds=50)

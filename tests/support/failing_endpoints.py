@@ -28,7 +28,7 @@ none_mode = Endpoint("fire_and_forget", transaction_mode="none")
 async def ask_for_retry(message: Doomed, context: HandlerContext) -> None:
     from datetime import timedelta
 
-    from endpoint_runtime.recoverability import RetryLater
+    from endpoint_runtime.chain.recoverability.policy import RetryLater
 
     raise RetryLater(timedelta(seconds=1))
 

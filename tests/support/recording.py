@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from endpoint_runtime.messages import OutgoingMessage
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.messages import OutgoingMessage
 
 
 class RecordingDispatcher:

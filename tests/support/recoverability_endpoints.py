@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
-from endpoint_runtime.recoverability import DiscardMessage, RetryLater
+from endpoint_runtime.chain.recoverability.policy import DiscardMessage, RetryLater
 
 # Where the throttling hooks of "switched" write, in the receiver's process: the test's own
 # temporary file, named by the messages (hooks get no arguments, and the receiver runs in a

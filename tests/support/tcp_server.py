@@ -23,7 +23,7 @@ import sys
 import asyncpg
 
 from benchmarks.chaos.server import ChaosServer
-from endpoint_runtime.embedded import EMBEDDED_MAX_CONNECTIONS
+from endpoint_runtime.connections.embedded import EMBEDDED_MAX_CONNECTIONS
 from tests.cluster.nodes import free_port
 
 EXIT_NO_SERVER = 3

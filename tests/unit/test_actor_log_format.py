@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from endpoint_runtime.actors.cluster import actor_log_format
 from endpoint_runtime.logging import use_colors
+from endpoint_runtime.runtime.actors.cluster import actor_log_format
 
 
 class Terminal(io.StringIO):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from endpoint_runtime import Endpoint
-from endpoint_runtime.business_schema import tables_created_by
+from endpoint_runtime.database.business_schema import tables_created_by
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.transport.connection import DatabaseConnection
 from tests.support import schema_endpoints

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import asyncpg
 import pytest
 
-from endpoint_runtime.circuit_breakers import BreakerState, CircuitBreaker
+from endpoint_runtime.connections.circuit_breakers import BreakerState, CircuitBreaker
 from endpoint_runtime.delayed.store import CircuitBreakingStore, DelayedMessage
 
 

@@ -4,7 +4,7 @@ and how a receiver numbers its slots (one row each)."""
 
 from __future__ import annotations
 
-from endpoint_runtime.actors.committed_counts import ReceiverCounts
+from endpoint_runtime.runtime.actors.committed_counts import ReceiverCounts
 from endpoint_runtime.transactions.base import ReceiveSlot
 from endpoint_runtime.transactions.counting import (
     NO_COUNTS,

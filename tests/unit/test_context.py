@@ -7,9 +7,9 @@ from datetime import datetime
 import msgspec
 import pytest
 
-from endpoint_runtime.context import HandlerContext
-from endpoint_runtime.messages import Headers, OutgoingMessage, TransportMessage
+from endpoint_runtime.chain.context import HandlerContext
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.wire.messages import Headers, OutgoingMessage, TransportMessage
 from tests.support.recording import RecordingDispatcher
 
 

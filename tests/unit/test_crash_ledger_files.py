@@ -1,4 +1,4 @@
-"""The receiver-death ledger's files (``endpoint_runtime.actors.crash_ledger``), without Ray
+"""The receiver-death ledger's files (``endpoint_runtime.runtime.actors.crash_ledger``), without Ray
 or a database: when a dead receiver's file may be removed, and names planted in the shared
 directory (issue 26)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from endpoint_runtime.actors.crash_ledger import (
+from endpoint_runtime.runtime.actors.crash_ledger import (
     LEDGER_PREFIX,
     MAX_RECEIVER_DEATHS,
     RECORD_SIZE,

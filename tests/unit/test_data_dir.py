@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from endpoint_runtime.embedded import (
+from endpoint_runtime.connections.embedded import (
     ROOT_DATA_DIR,
     _warn_of_opened_directories,
     closed_directory_above,

@@ -12,8 +12,8 @@ import structlog
 from structlog.testing import capture_logs
 
 from endpoint_runtime import Endpoint
-from endpoint_runtime.context import HandlerContext
-from endpoint_runtime.recoverability import Failure
+from endpoint_runtime.chain.context import HandlerContext
+from endpoint_runtime.chain.recoverability.policy import Failure
 from tests.unit.test_pipeline import Ping, process, received
 
 

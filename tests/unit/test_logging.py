@@ -43,7 +43,7 @@ def test_explicit_fields_win_over_the_message_context() -> None:
 
 def test_each_line_names_the_logger_that_wrote_it() -> None:
     capture = structlog.testing.LogCapture()
-    named = structlog.wrap_logger(_stderr_logger("endpoint_runtime.pipeline"),
+    named = structlog.wrap_logger(_stderr_logger("endpoint_runtime.chain.pipeline"),
                                   processors=[add_component, capture])
     unnamed = structlog.wrap_logger(_stderr_logger(), processors=[add_component, capture])
 
@@ -53,7 +53,7 @@ def test_each_line_names_the_logger_that_wrote_it() -> None:
 
     assert capture.entries == [
         {"event": "message_failed", "log_level": "warning",
-         "component": "endpoint_runtime.pipeline"},
+         "component": "endpoint_runtime.chain.pipeline"},
         {"event": "started", "log_level": "info"},
         {"event": "explicit", "log_level": "info", "component": "mine"},
     ]

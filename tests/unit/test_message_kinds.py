@@ -9,11 +9,14 @@ import uuid
 import msgspec
 import pytest
 
-from endpoint_runtime.context import HandlerContext
-from endpoint_runtime.endpoint import Endpoint
+from endpoint_runtime.chain.context import HandlerContext
+from endpoint_runtime.chain.handlers import HandlerRegistry
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.subscriptions import topics_of
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.handlers import HandlerRegistry
-from endpoint_runtime.message_kinds import (
+from endpoint_runtime.runtime.endpoint import Endpoint
+from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.wire.message_kinds import (
     Command,
     Event,
     MessageKind,
@@ -23,11 +26,8 @@ from endpoint_runtime.message_kinds import (
     kind_of,
     subscribable,
 )
-from endpoint_runtime.messages import Headers, MessageIntent, TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.serialization import message_type_name
-from endpoint_runtime.subscriptions import topics_of
-from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.wire.messages import Headers, MessageIntent, TransportMessage
+from endpoint_runtime.wire.serialization import message_type_name
 from tests.support.recording import RecordingDispatcher
 
 

@@ -5,15 +5,15 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 
+from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.errors import (
     ConfigurationError,
     MessageDecodeError,
     PoisonMessageError,
     UnknownMessageTypeError,
 )
-from endpoint_runtime.messages import Headers, decode_headers, from_wire_time, to_wire_time
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.serialization import MessageTypes, enclosed_type_names, message_type_name
+from endpoint_runtime.wire.messages import Headers, decode_headers, from_wire_time, to_wire_time
+from endpoint_runtime.wire.serialization import MessageTypes, enclosed_type_names, message_type_name
 
 
 class PlaceOrder(msgspec.Struct):

@@ -16,13 +16,13 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Endpoint
-from endpoint_runtime.context import HandlerContext
+from endpoint_runtime.chain.context import HandlerContext
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.pipeline import IncomingContext, Next, Outcome, Pipeline, Unit
+from endpoint_runtime.chain.recoverability.policy import Action
 from endpoint_runtime.errors import ConfigurationError, DiscardMessage
-from endpoint_runtime.messages import Headers, OutgoingMessage, TransportMessage
-from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.pipeline import IncomingContext, Next, Outcome, Pipeline, Unit
-from endpoint_runtime.recoverability import Action
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.wire.messages import Headers, OutgoingMessage, TransportMessage
 
 
 class Ping(msgspec.Struct):

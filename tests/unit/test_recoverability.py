@@ -5,10 +5,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from endpoint_runtime.error_queue import error_copy
-from endpoint_runtime.errors import MessageDecodeError
-from endpoint_runtime.messages import Headers, TransportMessage, to_wire_time
-from endpoint_runtime.recoverability import (
+from endpoint_runtime.chain.recoverability.error_queue import error_copy
+from endpoint_runtime.chain.recoverability.policy import (
     Action,
     DiscardMessage,
     ErrorHeaders,
@@ -19,6 +17,8 @@ from endpoint_runtime.recoverability import (
     RetryLater,
     RetryLimits,
 )
+from endpoint_runtime.errors import MessageDecodeError
+from endpoint_runtime.wire.messages import Headers, TransportMessage, to_wire_time
 
 POLICY = RecoverabilityPolicy(immediate_retries=2, delayed_retries=3, delayed_retry_delay=10)
 

@@ -7,9 +7,9 @@ import pickle
 
 import pytest
 
-from endpoint_runtime.actors.deployment_status import DeploymentConfig
-from endpoint_runtime.actors.receiver import ReceiverConfig
-from endpoint_runtime.embedded import RedactedDsn, redact_dsn
+from endpoint_runtime.connections.embedded import RedactedDsn, redact_dsn
+from endpoint_runtime.runtime.actors.deployment_status import DeploymentConfig
+from endpoint_runtime.runtime.actors.receiver import ReceiverConfig
 from endpoint_runtime.settings import EndpointSettings, TransportSettings
 from endpoint_runtime.transport import QueueAddress
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import msgspec
 
-from endpoint_runtime.actors.scaling import ScalingInput, allowances, receivers_needed
+from endpoint_runtime.runtime.actors.scaling import ScalingInput, allowances, receivers_needed
 
 BASE = ScalingInput(
     estimate=0, busy_slots=0, current_receivers=1, idle_seconds=0.0, max_concurrency=8,

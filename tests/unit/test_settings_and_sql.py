@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from endpoint_runtime.embedded import redact_dsn, with_database
+from endpoint_runtime.connections.embedded import redact_dsn, with_database
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import TransportSettings, load_settings
 from endpoint_runtime.transport import sql

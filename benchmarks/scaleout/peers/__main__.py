@@ -16,7 +16,7 @@ from benchmarks.common import progress, run_benchmark, summarize
 from benchmarks.scaleout.peers import peer_sides, pgqueuer_sweep, procrastinate_sweep
 from benchmarks.scaleout.peers.sink import describe
 from benchmarks.scaleout.side import Load, Side
-from endpoint_runtime.embedded import redact_dsn, resolve_dsn
+from endpoint_runtime.connections.embedded import redact_dsn, resolve_dsn
 
 QUICK = {"messages": 2_000, "rounds": 2}
 FULL = {"messages": 10_000, "rounds": 5}

@@ -26,7 +26,7 @@ from benchmarks.scaleout.peers.sink import (
     random_body,
 )
 from benchmarks.scaleout.side import DrainResult, LatencyResult, Load
-from endpoint_runtime.embedded import with_database
+from endpoint_runtime.connections.embedded import with_database
 
 SENDS_IN_FLIGHT = 8
 """Open-loop sends under way at once (each one INSERT and its COMMIT)."""

@@ -1,4 +1,4 @@
--- The server's connections, for the connection budget (endpoint_runtime.connection_budget).
+-- The server's connections, for the connection budget (endpoint_runtime.connections.connection_budget).
 
 -- server_capacity --
 -- What the server has left for new client connections, the asking one not counted. To a role
