@@ -37,6 +37,7 @@ from endpoint_runtime.metrics import Metrics
 from endpoint_runtime.modes import rules_of
 from endpoint_runtime.pipeline import Pipeline, Step, UserStep, check_user_step
 from endpoint_runtime.recoverability import RecoverabilityPolicy, RetryLimits
+from endpoint_runtime.sagas import Sagas
 from endpoint_runtime.sender import Sender
 from endpoint_runtime.settings import (
     EndpointSettings,
@@ -118,6 +119,8 @@ class Endpoint:
             )
         self.unrecoverable_exceptions = tuple(unrecoverable_exceptions)
         self.registry = HandlerRegistry()
+        self.sagas = Sagas(self.address, self.registry)
+        """The endpoint's sagas (:meth:`saga`; ``sagas.on_not_found``)."""
         self.business_schema = BusinessSchema(name, schema_sql)
         """The handlers' business tables (:mod:`endpoint_runtime.business_schema`)."""
         self.critical_error_handlers: list[Callable[[str, BaseException], None]] = []
@@ -218,6 +221,14 @@ class Endpoint:
             limits = RetryLimits(immediate_retries=immediate_retries,
                                  delayed_retries=delayed_retries)
         self.registry.register(handler, message_type, limits)
+
+    def saga(self, saga_type: Any = None, **options: Any) -> Any:
+        """Register a saga class: ``@endpoint.saga`` or ``@endpoint.saga(concurrency=
+        "pessimistic")`` (see :meth:`endpoint_runtime.sagas.Sagas.register`, docs/sagas.md);
+        the class is returned unchanged."""
+        if self.send_only:
+            raise ConfigurationError(f"send-only endpoint {self.name!r} cannot have sagas")
+        return self.sagas.register(saga_type, **options)
 
     # -- steps of the chain ---------------------------------------------------------------
 
@@ -356,6 +367,7 @@ class Endpoint:
             ),
             delayed_store=self.delayed_store, user_steps=self.user_steps,
             metrics=metrics, in_flight=in_flight, guard_store=guard_store,
+            sagas=len(self.sagas) > 0,
         )
 
     @staticmethod

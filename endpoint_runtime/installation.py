@@ -52,6 +52,8 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
     outbox: QueueAddress | None = None
     subscriptions: QueueAddress | None = None
     committed_counts: QueueAddress | None = None
+    sagas: tuple[QueueAddress, ...] = ()
+    """One table per saga type (``endpoint_runtime.saga_storage``)."""
 
     @classmethod
     def of(cls, endpoint: Endpoint, settings: EndpointSettings) -> EndpointTables:
@@ -70,12 +72,14 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
             subscriptions=(subscription_store(settings.transport).table
                            if settings.auto_subscribe else None),
             committed_counts=counts_table(endpoint.address),
+            sagas=endpoint.sagas.tables,
         )
 
     def named(self) -> list[tuple[str, QueueAddress]]:
         """``(what, table)`` for each table in use, in the order above."""
         return [(name, table) for name in self.__struct_fields__
-                if isinstance(table := getattr(self, name), QueueAddress)]
+                if isinstance(table := getattr(self, name), QueueAddress)] + [
+            ("saga", table) for table in self.sagas]
 
 
 async def install(transport: PostgresTransport, endpoint: Endpoint,
@@ -95,6 +99,7 @@ async def install(transport: PostgresTransport, endpoint: Endpoint,
         if settings.auto_subscribe:
             await subscription_store(settings.transport).setup(connection)
         await create_counts_table(connection, counts_table(endpoint.address))
+        await endpoint.sagas.setup(connection)
         await endpoint.business_schema.install(connection)
 
 
