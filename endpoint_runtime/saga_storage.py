@@ -201,3 +201,60 @@ def _row(record: Any) -> SagaRow | None:
 def _affected(status: str) -> int:
     """The row count of a command status such as ``UPDATE 1``."""
     return int(status.rsplit(" ", 1)[-1])
+
+
+FIND_SAGA_TABLES = """
+    SELECT c.table_schema, c.table_name, max(c.column_name) FILTER (
+        WHERE c.column_name LIKE 'Correlation\\_%') AS correlation
+    FROM information_schema.columns c
+    WHERE ($1::text IS NULL OR c.table_schema = $1)
+    GROUP BY c.table_schema, c.table_name
+    HAVING count(*) FILTER (WHERE c.column_name IN
+        ('Id', 'Metadata', 'Data', 'PersistenceVersion', 'SagaTypeVersion', 'Concurrency')) = 6
+    ORDER BY 1, 2"""
+
+
+class StoredSagaTable(msgspec.Struct, frozen=True):
+    """A saga table found in the database (any table with the persistence's columns), its
+    correlation column (``None``: none) and its live instances."""
+
+    address: QueueAddress
+    correlation_column: str | None
+    instances: int
+
+
+async def find_saga_tables(connection: DatabaseConnection,
+                           schema: str | None = None) -> list[StoredSagaTable]:
+    """Every table in ``schema`` (``None``: all) laid out as a saga table."""
+    found = []
+    for row in await connection.fetch(FIND_SAGA_TABLES, schema):
+        address = QueueAddress(row["table_name"], row["table_schema"])
+        instances = await connection.fetchval(f"SELECT count(*) FROM {address.qualified}")
+        found.append(StoredSagaTable(address, row["correlation"], instances))
+    return found
+
+
+async def stored_table(connection: DatabaseConnection, address: QueueAddress) -> SagaTable:
+    """The :class:`SagaTable` of the existing saga table ``address`` (its correlation read
+    from its columns); ``ConfigurationError`` when it is not one."""
+    for table in await find_saga_tables(connection, address.schema):
+        if table.address == address:
+            column = table.correlation_column
+            return SagaTable(address, column.removeprefix("Correlation_") if column else None)
+    raise ConfigurationError(f"{address} is not a saga table (see: endpoint-runtime sagas list)")
+
+
+async def list_instances(connection: DatabaseConnection, table: SagaTable, *, limit: int,
+                         correlation: str | None = None,
+                         saga_id: str | None = None) -> list[dict[str, Any]]:
+    """Up to ``limit`` instances of ``table`` (only the one whose correlation value, or id,
+    reads ``correlation``/``saga_id`` as text): id, correlation value (as text), concurrency,
+    saga-type version, metadata and data (JSON text)."""
+    column = table.correlation_column
+    value = f"{quote_identifier(column)}::text" if column else "NULL::text"
+    rows = await connection.fetch(
+        f'SELECT "Id", {value} AS correlation, "Concurrency", "SagaTypeVersion", '
+        f'"Metadata", "Data"::text AS data FROM {table.address.qualified} '
+        f'WHERE ($2::text IS NULL OR {value} = $2) AND ($3::text IS NULL OR "Id"::text = $3) '
+        f'ORDER BY 2, "Id" LIMIT $1', limit, correlation, saga_id)
+    return [dict(row) for row in rows]
