@@ -325,3 +325,46 @@ async def test_the_table_has_the_layout_of_nservicebus_sql_persistence(
         "SELECT indexdef FROM pg_indexes WHERE tablename = $1 AND indexdef LIKE '%UNIQUE%' "
         "AND indexdef LIKE '%Correlation_order_id%'", TABLE.table)
     assert unique is not None
+
+
+async def test_pessimistic_locks_across_two_batches_deadlock_and_the_victim_is_retried(
+    transport: PostgresTransport,
+) -> None:
+    """Two batched slots lock two instances in opposite orders (slot 1: A then B, slot 2: B
+    then A): PostgreSQL ends one with a deadlock error, a failed attempt that is retried;
+    every bump lands once."""
+    endpoint = await prepared(transport, saga_endpoint("batched", concurrency="pessimistic",
+                                                       batch_size=2))
+    await send(transport, Placed("A"))
+    await send(transport, Placed("B"))
+    await drain(transport, endpoint)
+    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
+                                        endpoint.settings)
+    async with transport.pool.acquire() as holder, transport.pool.acquire() as first, \
+            transport.pool.acquire() as second:
+        await holder.execute("SELECT pg_advisory_lock($1)", HOLD_KEY)
+        await send(transport, Bump("A", hold=True))  # slot 1's batch: locks A, waits
+        await send(transport, Bump("B"))             # ... then wants B
+        slot_1 = strategy.open_slot(first)
+        with capture_logs() as logs:
+            round_1 = asyncio.create_task(slot_1.round())
+            await until_waiting(transport, 1)
+            await send(transport, Bump("B", hold=True))  # slot 2's batch: locks B, waits
+            await send(transport, Bump("A"))             # ... then wants A
+            slot_2 = strategy.open_slot(second)
+            round_2 = asyncio.create_task(slot_2.round())
+            await until_waiting(transport, 2)
+            await holder.execute("SELECT pg_advisory_unlock($1)", HOLD_KEY)
+            await asyncio.gather(round_1, round_2)
+            for slot in (slot_1, slot_2):  # the victim's retry
+                while (await slot.round()).taken:
+                    pass
+                await slot.close()
+
+    assert (await state_of(transport, "A"), await state_of(transport, "B")) == (
+        OrderState(order_id="A", placed=True, bumps=2),
+        OrderState(order_id="B", placed=True, bumps=2))
+    failures = [e for e in logs if e["event"] in ("message_failed", "batch_rolled_back")]
+    assert failures, [e["event"] for e in logs]
+    assert all("DeadlockDetectedError" in e["error"] for e in failures), failures
+    await all_consumed(transport)

@@ -138,7 +138,7 @@ def saga_endpoint(mode: str = "atomic", *, name: str = "fulfilment",
                   concurrency: str = "optimistic", **overrides: Any) -> Endpoint:
     """An endpoint of ``OrderSaga`` and ``Tally`` in ``mode`` (see :data:`MODES`)."""
     retries = {} if mode == "none" else {"immediate_retries": 5, "delayed_retries": 0}
-    endpoint = Endpoint(name, **MODES[mode], **{**retries, **overrides})
+    endpoint = Endpoint(name, **{**MODES[mode], **retries, **overrides})
     if mode == "outbox":
         endpoint.enable_outbox()
     endpoint.saga(OrderSaga, concurrency=concurrency)
