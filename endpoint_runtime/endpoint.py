@@ -37,7 +37,7 @@ from endpoint_runtime.metrics import Metrics
 from endpoint_runtime.modes import rules_of
 from endpoint_runtime.pipeline import Pipeline, Step, UserStep, check_user_step
 from endpoint_runtime.recoverability import RecoverabilityPolicy, RetryLimits
-from endpoint_runtime.sagas import Sagas
+from endpoint_runtime.sagas import Saga, Sagas
 from endpoint_runtime.sender import Sender
 from endpoint_runtime.settings import (
     EndpointSettings,
@@ -66,6 +66,7 @@ from endpoint_runtime.transport.connection import DatabaseConnection
 log = structlog.get_logger("endpoint_runtime.endpoint")
 
 H = TypeVar("H", bound=Handler)
+S = TypeVar("S", bound=type[Saga[Any]])
 
 
 class Endpoint:
@@ -222,13 +223,22 @@ class Endpoint:
                                  delayed_retries=delayed_retries)
         self.registry.register(handler, message_type, limits)
 
-    def saga(self, saga_type: Any = None, **options: Any) -> Any:
+    @overload
+    def saga(self, saga_type: S) -> S: ...
+
+    @overload
+    def saga(self, saga_type: None = None, *, concurrency: str = "optimistic",
+             table_name: str | None = None) -> Callable[[S], S]: ...
+
+    def saga(self, saga_type: S | None = None, *, concurrency: str = "optimistic",
+             table_name: str | None = None) -> S | Callable[[S], S]:
         """Register a saga class: ``@endpoint.saga`` or ``@endpoint.saga(concurrency=
         "pessimistic")`` (see :meth:`endpoint_runtime.sagas.Sagas.register`, docs/sagas.md);
         the class is returned unchanged."""
         if self.send_only:
             raise ConfigurationError(f"send-only endpoint {self.name!r} cannot have sagas")
-        return self.sagas.register(saga_type, **options)
+        decorate = self.sagas.register(concurrency=concurrency, table_name=table_name)
+        return decorate(saga_type) if saga_type is not None else decorate
 
     # -- steps of the chain ---------------------------------------------------------------
 

@@ -105,7 +105,7 @@ async def test_every_mode_keeps_state_between_messages_and_completes(
     transport: PostgresTransport, mode: str,
 ) -> None:
     endpoint = await prepared(transport, saga_endpoint(mode))
-    await send(transport, Placed("o-1"))
+    await send(transport, Placed("o-1", timeout_s=3600))
     await send(transport, Bump("o-1"))
     await send(transport, Bump("o-1"))
     await drain(transport, endpoint)
@@ -114,6 +114,8 @@ async def test_every_mode_keeps_state_between_messages_and_completes(
     assert msgspec.json.decode(row["data"], type=OrderState) == OrderState(
         order_id="o-1", placed=True, bumps=2)
     assert row["Concurrency"] == 3  # inserted at 1, two updates
+    (timeout,) = await transport.pool.fetch('SELECT headers FROM "fulfilment.delayed"')
+    assert msgspec.json.decode(timeout["headers"])[Headers.SAGA_ID] == str(row["Id"])
 
     await send(transport, Paid("o-1"))
     await drain(transport, endpoint)
