@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.chaos.endpoints import MODES
+from benchmarks.chaos.endpoints import MODES, SAGA_MODES
 from benchmarks.chaos.schedule import FaultKind, PoisonKind
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(1200)]
@@ -79,6 +79,9 @@ def test_every_message_is_accounted_for(chaos_result: dict[str, Any], mode: str)
     assert result["duplicate_effects"] == (PLANTED if planted else 0), result
     if mode in ("atomic", "batched", "outbox"):
         assert result["ghost_sends"] == 0, result
+    if mode in SAGA_MODES:  # the saga instances hold every committed effect's id once
+        assert result["saga_updates"] == result["handled"], result
+        assert result["saga_lost_updates"] == result["saga_doubled_updates"] == 0, result
     assert result["ok"] is not planted, result
 
 
