@@ -259,14 +259,15 @@ async def until_waiting(transport: PostgresTransport, backends: int) -> None:
             await asyncio.sleep(0.02)
 
 
+@pytest.mark.parametrize("mode", ["atomic", "batched", "outbox"])
 async def test_an_optimistic_conflict_fails_the_attempt_and_the_retry_reads_afresh(
-    transport: PostgresTransport,
+    transport: PostgresTransport, mode: str,
 ) -> None:
     """``Bump`` reads the instance at Concurrency 1, then waits (on a lock the test holds)
     while another transaction changes the instance: its update finds no row at 1, the
     attempt fails with SagaConcurrencyError, and the retry adds its bump to the new state
     (nothing lost, nothing doubled)."""
-    endpoint = await prepared(transport, saga_endpoint())
+    endpoint = await prepared(transport, saga_endpoint(mode))
     await send(transport, Placed("o-1"))
     await drain(transport, endpoint)
     await send(transport, Bump("o-1", hold=True))
@@ -370,3 +371,34 @@ async def test_pessimistic_locks_across_two_batches_deadlock_and_the_victim_is_r
     assert failures, [e["event"] for e in logs]
     assert all("DeadlockDetectedError" in e["error"] for e in failures), failures
     await all_consumed(transport)
+
+
+async def test_a_changed_state_type_is_read_when_it_can_be_and_refused_when_not(
+    transport: PostgresTransport,
+) -> None:
+    """Rows written by another version of the state type (another ``SagaTypeVersion``): one
+    whose data still decodes is read (a missing field takes its default), logged and saved
+    with the current version; one whose data does not decode fails its message with
+    SagaStateVersionError, which ends in the error queue."""
+    endpoint = await prepared(transport, saga_endpoint(immediate_retries=0))
+    current = endpoint.sagas.definitions[0].version
+    for order_id, data in (("old", {"order_id": "old", "placed": True}),
+                           ("bad", {"order_id": "bad", "bumps": "many"})):
+        await transport.pool.execute(
+            f'INSERT INTO {TABLE.qualified} ("Id", "Metadata", "Data", "PersistenceVersion", '
+            '"SagaTypeVersion", "Concurrency", "Correlation_order_id") '
+            "VALUES (gen_random_uuid(), '{}', $1::jsonb, 'p', 'older', 1, $2)",
+            msgspec.json.encode(data).decode(), order_id)
+        await send(transport, Bump(order_id))
+    with capture_logs() as logs:
+        await drain(transport, endpoint)
+
+    assert await state_of(transport, "old") == OrderState(order_id="old", placed=True, bumps=1)
+    versions = dict(await transport.pool.fetch(
+        f'SELECT "Correlation_order_id", "SagaTypeVersion" FROM {TABLE.qualified}'))
+    assert versions == {"old": current, "bad": "older"}
+    assert [(e["stored"], e["current"]) for e in logs
+            if e["event"] == "saga_state_version_changed"] == [("older", current)] * 2
+    (failed,) = await received_all(transport, "error")
+    assert failed.headers["NServiceBus.ExceptionInfo.ExceptionType"].endswith(
+        "SagaStateVersionError")
