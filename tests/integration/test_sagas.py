@@ -398,7 +398,7 @@ async def test_a_changed_state_type_is_read_when_it_can_be_and_refused_when_not(
         f'SELECT "Correlation_order_id", "SagaTypeVersion" FROM {TABLE.qualified}'))
     assert versions == {"old": current, "bad": "older"}
     assert [(e["stored"], e["current"]) for e in logs
-            if e["event"] == "saga_state_version_changed"] == [("older", current)] * 2
+            if e["event"] == "saga_state_version_changed"] == [("older", current)]
     (failed,) = await received_all(transport, "error")
     assert failed.headers["NServiceBus.ExceptionInfo.ExceptionType"].endswith(
         "SagaStateVersionError")
