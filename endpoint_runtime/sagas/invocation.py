@@ -31,6 +31,7 @@ from endpoint_runtime.context import HandlerContext
 from endpoint_runtime.errors import (
     EndpointRuntimeError,
     SagaConcurrencyError,
+    SagaError,
     SagaStateVersionError,
 )
 from endpoint_runtime.messages import Headers
@@ -112,6 +113,11 @@ class SagaInvocation:
         value = self.handler.correlation_value(message)
         if value is None:
             return None, None
+        if type(value) is not table.correlation_type:
+            raise SagaError(
+                f"saga {self.definition.type_name}: {type(message).__name__} maps to the "
+                f"correlation value {value!r} ({type(value).__name__}); its correlation "
+                f"field {self.definition.correlation!r} is {table.correlation_type.__name__}")
         return await table.get_by_correlation(context.connection, value, lock=lock), value
 
     def _new(self, message: Any, context: HandlerContext, value: Any) -> Saga[Any]:

@@ -17,8 +17,9 @@ from endpoint_runtime import Endpoint, HandlerContext
 from endpoint_runtime.connecting import PostgresTransport
 from endpoint_runtime.delayed.mover import DelayedMessageMover
 from endpoint_runtime.installation import install
-from endpoint_runtime.messages import Headers, MessageIntent
+from endpoint_runtime.messages import ErrorHeaders, Headers, MessageIntent
 from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.sagas import Saga, starts
 from endpoint_runtime.settings import DelayedDeliverySettings
 from endpoint_runtime.transport import QueueAddress
 from tests.support.draining import drain, received_all
@@ -400,5 +401,28 @@ async def test_a_changed_state_type_is_read_when_it_can_be_and_refused_when_not(
     assert [(e["stored"], e["current"]) for e in logs
             if e["event"] == "saga_state_version_changed"] == [("older", current)]
     (failed,) = await received_all(transport, "error")
-    assert failed.headers["NServiceBus.ExceptionInfo.ExceptionType"].endswith(
+    assert failed.headers[ErrorHeaders.EXCEPTION_TYPE].endswith(
         "SagaStateVersionError")
+
+
+class Mismatched(Saga[OrderState]):
+    correlation = "order_id"
+
+    @starts(correlate=lambda message: len(message.order_id))  # an int for a text column
+    async def placed(self, message: Placed, context: HandlerContext) -> None: ...
+
+
+async def test_a_correlation_value_of_the_wrong_type_fails_the_message_clearly(
+    transport: PostgresTransport,
+) -> None:
+    endpoint = Endpoint("fulfilment", immediate_retries=0, delayed_retries=0)
+    endpoint.saga(Mismatched)
+    await prepared(transport, endpoint)
+    await send(transport, Placed("o-1"))
+    await drain(transport, endpoint)
+
+    (failed,) = await received_all(transport, "error")
+    assert failed.headers[ErrorHeaders.EXCEPTION_TYPE].endswith("SagaError")
+    assert failed.headers[ErrorHeaders.MESSAGE] == (
+        "saga tests.integration.test_sagas.Mismatched: Placed maps to the correlation value 3 "
+        "(int); its correlation field 'order_id' is str")
