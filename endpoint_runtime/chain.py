@@ -36,6 +36,7 @@ from endpoint_runtime.pipeline import (
 )
 from endpoint_runtime.recoverability import FailedMessages, RecoverabilityPolicy
 from endpoint_runtime.recoverability_step import RecoverabilityStep
+from endpoint_runtime.sagas.registry import Sagas
 from endpoint_runtime.sagas.step import SagaStep
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.steps import (
@@ -57,10 +58,11 @@ def build_pipeline(
     delayed_store: DelayedMessageStore | None, user_steps: Sequence[UserStep] = (),
     metrics: Metrics | None = None, in_flight: InFlight | None = None,
     guard_store: Callable[[DelayedMessageStore], DelayedMessageStore] | None = None,
-    sagas: bool = False,
+    sagas: Sagas | None = None,
 ) -> Pipeline:
     """The chain of one endpoint (see the module docstring). ``guard_store`` wraps the
-    delayed-message store (a receiver's circuit breaker); ``sagas``: the endpoint has some."""
+    delayed-message store (a receiver's circuit breaker); ``sagas``: the endpoint's, when it has
+    some."""
     schema = settings.transport.schema
     metrics = metrics or Metrics()
     stats, failures, tags = ProcessingStats(), FailedMessages(), TypeTags(registry)
@@ -89,8 +91,8 @@ def build_pipeline(
     steps.extend((user.name, user.step) for user in order_user_steps(user_steps))
     if audit_address is not None:
         steps.append((AuditStep.name, AuditStep(endpoint, audit_address)))
-    if sagas:
-        steps.append((SagaStep.name, SagaStep()))
+    if sagas is not None:
+        steps.append((SagaStep.name, SagaStep(sagas.not_found_hooks)))
     steps.append((InvokeHandlersStep.name, InvokeHandlersStep(
         endpoint=endpoint, registry=registry, local_address=address,
         error_address=error_address, subscriptions=subscriptions,

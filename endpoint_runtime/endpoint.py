@@ -377,7 +377,7 @@ class Endpoint:
             ),
             delayed_store=self.delayed_store, user_steps=self.user_steps,
             metrics=metrics, in_flight=in_flight, guard_store=guard_store,
-            sagas=len(self.sagas) > 0,
+            sagas=self.sagas if len(self.sagas) else None,
         )
 
     @staticmethod

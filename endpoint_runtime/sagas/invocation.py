@@ -9,8 +9,9 @@ message's other business writes.
    (a reply to the saga, a timeout) by that id; any other by its correlation value. With
    pessimistic concurrency the row is locked (``FOR UPDATE``) until the transaction ends.
 2. **Not found**: a starting message makes a new instance (its correlation field set); a
-   timeout is ignored (its instance completed); any other message goes to the saga-not-found
-   hooks, by default logged and consumed.
+   timeout is ignored (its instance completed); any other message is noted in the session:
+   when no saga of the endpoint found or made an instance for it, the saga step runs the
+   saga-not-found hooks once (by default: logged and consumed).
 3. **Save**: a new instance is inserted (a concurrent starter with the same value fails on the
    unique index: :class:`SagaConcurrencyError`, the attempt is retried and finds the instance);
    an existing one updated with the version check, or deleted when completed (0 rows:
@@ -20,7 +21,7 @@ message's other business writes.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -42,8 +43,6 @@ from endpoint_runtime.sagas.step import SESSION, InvokedSaga, SagaSession
 
 log = structlog.get_logger("endpoint_runtime.sagas")
 
-NotFoundHook = Callable[[Any, HandlerContext, type[Saga[Any]]], Awaitable[None]]
-"""``async def hook(message, context, saga_type)``: a message of a saga found no instance."""
 
 _metadata = msgspec.json.Encoder()
 _metadata_decoder = msgspec.json.Decoder(dict[str, str])
@@ -52,11 +51,9 @@ _metadata_decoder = msgspec.json.Decoder(dict[str, str])
 class SagaInvocation:
     """The handler registered for one (saga, message type); see the module docstring."""
 
-    def __init__(self, definition: SagaDefinition, handler: SagaHandler,
-                 not_found: Sequence[NotFoundHook]) -> None:
+    def __init__(self, definition: SagaDefinition, handler: SagaHandler) -> None:
         self.definition = definition
         self.handler = handler
-        self.not_found = not_found
 
     def as_handler(self) -> Callable[[Any, HandlerContext], Awaitable[None]]:
         """An ``async def (message, context)`` for the handler registry, named after the
@@ -78,7 +75,7 @@ class SagaInvocation:
         row, value = await self._find(message, context)
         if row is None:
             if not self.handler.starts or value is None:
-                await self._not_found(message, context)
+                self._not_found(session, message, context)
                 return
             saga = self._new(message, context, value)
         else:
@@ -192,16 +189,13 @@ class SagaInvocation:
             f"saga {self.definition.type_name} {saga_id} was changed or completed by another "
             "message since this one read it; the message is retried")
 
-    async def _not_found(self, message: Any, context: HandlerContext) -> None:
+    def _not_found(self, session: SagaSession, message: Any, context: HandlerContext) -> None:
+        """A timeout is ignored (its instance completed); any other message is noted: the saga
+        step decides once all handlers ran (see :class:`endpoint_runtime.sagas.step.SagaStep`)."""
         type_name = self.definition.type_name
         if context.headers.get(Headers.IS_SAGA_TIMEOUT) == "True":
             log.info("saga_timeout_ignored", saga_type=type_name,
                      saga_id=context.headers.get(Headers.SAGA_ID),
                      message_type=type(message).__name__)
             return
-        if not self.not_found:
-            log.info("saga_not_found", saga_type=type_name,
-                     message_type=type(message).__name__)
-            return
-        for hook in self.not_found:
-            await hook(message, context, self.definition.saga_type)
+        session.not_found(type_name, message, context)

@@ -8,8 +8,9 @@ from typing import Any, TypeVar, overload
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.handlers import HandlerRegistry
 from endpoint_runtime.sagas.definition import SagaDefinition
-from endpoint_runtime.sagas.invocation import NotFoundHook, SagaInvocation
+from endpoint_runtime.sagas.invocation import SagaInvocation
 from endpoint_runtime.sagas.saga import Saga
+from endpoint_runtime.sagas.step import NotFoundHook
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
 
@@ -22,7 +23,7 @@ class Sagas:
     Example::
 
         @endpoint.sagas.on_not_found
-        async def unknown_order(message, context, saga_type) -> None:
+        async def unknown_order(message, context) -> None:
             await context.reply(OrderUnknown())
     """
 
@@ -59,7 +60,7 @@ class Sagas:
                         f"sagas {other.saga_type.__name__} and {cls.__name__} would share "
                         f"the table {definition.table.address}; give one a table_name=")
             for handler in definition.handlers.values():
-                invocation = SagaInvocation(definition, handler, self.not_found_hooks)
+                invocation = SagaInvocation(definition, handler)
                 self._registry.register(invocation.as_handler(), handler.message_type)
             self.definitions.append(definition)
             return cls
@@ -67,10 +68,11 @@ class Sagas:
         return decorate(saga_type) if saga_type is not None else decorate
 
     def on_not_found(self, hook: NotFoundHook) -> NotFoundHook:
-        """Call ``await hook(message, context, saga_type)`` for a message of a saga that found
-        no instance and does not start one (instead of the default: logged and consumed).
-        It runs in the message's transaction: what it sends goes as the handlers' sends;
-        raising fails the message like a handler. Returned unchanged."""
+        """Call ``await hook(message, context)`` for a message that sagas of this endpoint
+        handle when none of them found or made an instance for it (NServiceBus's
+        ``IHandleSagaNotFound``), once, after its handlers, instead of the default (logged and
+        consumed). It runs in the message's transaction: what it sends goes as the handlers'
+        sends; raising fails the message like a handler. Returned unchanged."""
         self.not_found_hooks.append(hook)
         return hook
 

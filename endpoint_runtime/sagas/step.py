@@ -13,16 +13,24 @@ session; after them the step leaves the audit headers (``NServiceBus.InvokedSaga
 from __future__ import annotations
 
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from typing import Any
 
 import msgspec
+import structlog
 
+from endpoint_runtime.context import HandlerContext
 from endpoint_runtime.messages import Headers
 from endpoint_runtime.pipeline import IncomingContext, Next
 from endpoint_runtime.steps import AUDIT_HEADERS
 
+log = structlog.get_logger("endpoint_runtime.sagas")
+
 SESSION = "saga_session"
 """``context.items[SESSION]``: the message's :class:`SagaSession`."""
+
+NotFoundHook = Callable[[Any, HandlerContext], Awaitable[None]]
+"""``async def hook(message, context)``: no saga found or made an instance for the message."""
 
 
 class InvokedSaga(msgspec.Struct):
@@ -35,14 +43,22 @@ class InvokedSaga(msgspec.Struct):
 
 
 class SagaSession:
-    """What the saga handlers of one message did (``invoked``) and the instance running now
-    (``active``), whose id the outgoing messages carry."""
+    """What the saga handlers of one message did (``invoked``), the instance running now
+    (``active``), whose id the outgoing messages carry, and the sagas that found no instance
+    for it (``missed``, with the message and context to run the not-found hooks with)."""
 
-    __slots__ = ("active", "invoked")
+    __slots__ = ("active", "invoked", "missed", "missed_message")
 
     def __init__(self) -> None:
         self.active: InvokedSaga | None = None
         self.invoked: list[InvokedSaga] = []
+        self.missed: list[str] = []
+        self.missed_message: tuple[Any, HandlerContext] | None = None
+
+    def not_found(self, type_name: str, message: Any, context: HandlerContext) -> None:
+        """Note that the saga ``type_name`` found no instance for ``message``."""
+        self.missed.append(type_name)
+        self.missed_message = (message, context)
 
     def stamp(self, headers: MutableMapping[str, str]) -> None:
         """The outgoing hook: a message sent by a saga handler names its instance."""
@@ -60,9 +76,14 @@ class SagaSession:
 
 
 class SagaStep:
-    """Opens the message's :class:`SagaSession`; after the handlers, its audit headers."""
+    """Opens the message's :class:`SagaSession`; after the handlers, when no saga found or
+    made an instance for the message but some looked, the saga-not-found hooks (once; by
+    default ``saga_not_found`` is logged and the message consumed), else the audit headers."""
 
     name = "sagas"
+
+    def __init__(self, not_found_hooks: Sequence[NotFoundHook] = ()) -> None:
+        self.not_found_hooks = not_found_hooks
 
     async def __call__(self, context: IncomingContext, next: Next) -> None:
         session = context.items[SESSION] = SagaSession()
@@ -70,3 +91,15 @@ class SagaStep:
         await next(context)
         if session.invoked:
             context.items[AUDIT_HEADERS] = session.audit_headers()
+        elif session.missed_message is not None:
+            await self._not_found(session, session.missed_message)
+
+    async def _not_found(self, session: SagaSession,
+                         missed: tuple[Any, HandlerContext]) -> None:
+        message, handler_context = missed
+        if not self.not_found_hooks:
+            log.info("saga_not_found", saga_types=session.missed,
+                     message_type=type(message).__name__)
+            return
+        for hook in self.not_found_hooks:
+            await hook(message, handler_context)

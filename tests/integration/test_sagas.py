@@ -19,7 +19,7 @@ from endpoint_runtime.delayed.mover import DelayedMessageMover
 from endpoint_runtime.installation import install
 from endpoint_runtime.messages import ErrorHeaders, Headers, MessageIntent
 from endpoint_runtime.outgoing import create_outgoing
-from endpoint_runtime.sagas import Saga, starts
+from endpoint_runtime.sagas import Saga, handles, starts
 from endpoint_runtime.settings import DelayedDeliverySettings
 from endpoint_runtime.transport import QueueAddress
 from tests.support.draining import drain, received_all
@@ -134,29 +134,49 @@ async def test_a_message_that_finds_no_saga_is_logged_and_consumed(
         await drain(transport, endpoint)
     assert [e for e in logs if e["event"] == "saga_not_found"] == [{
         "event": "saga_not_found", "log_level": "info",
-        "saga_type": "tests.support.saga_endpoints.OrderSaga", "message_type": "Bump"}]
+        "saga_types": ["tests.support.saga_endpoints.OrderSaga"], "message_type": "Bump"}]
     assert await rows(transport) == []
     await all_consumed(transport)
 
 
-async def test_a_saga_not_found_hook_runs_instead_and_its_sends_commit(
+class Shadow(Saga[OrderState]):
+    """A second saga of Bump: it never has the instance OrderSaga has."""
+
+    correlation = "order_id"
+
+    @starts(correlate="order_id")
+    async def paid(self, message: Paid, context: HandlerContext) -> None: ...
+
+    @handles(correlate="order_id")
+    async def bump(self, message: Bump, context: HandlerContext) -> None: ...
+
+
+async def test_the_not_found_hooks_run_once_when_no_saga_has_an_instance(
     transport: PostgresTransport,
 ) -> None:
-    endpoint = await prepared(transport, saga_endpoint())
-    seen: list[tuple[Any, type]] = []
+    """NServiceBus's rule: "not found" is per message. A Bump that one of two sagas finds is
+    no saga-not-found; one that neither finds runs the hook once, and its sends commit."""
+    endpoint = saga_endpoint()
+    endpoint.saga(Shadow)
+    await prepared(transport, endpoint)
+    seen: list[Any] = []
 
     @endpoint.sagas.on_not_found
-    async def unknown(message: Any, context: HandlerContext, saga_type: type) -> None:
-        seen.append((message, saga_type))
+    async def unknown(message: Any, context: HandlerContext) -> None:
+        seen.append(message)
         await context.reply(Cancelled(message.order_id))
 
+    await send(transport, Placed("o-1"))
+    await send(transport, Bump("o-1"))
     await send(transport, Bump("nobody"))
     with capture_logs() as logs:
         await drain(transport, endpoint)
-    assert [(m, t.__name__) for m, t in seen] == [(Bump("nobody"), "OrderSaga")]
+    assert seen == [Bump("nobody")]
     assert bodies(await received_all(transport, "customers"), Cancelled) == [
         Cancelled("nobody")]
     assert not [e for e in logs if e["event"] == "saga_not_found"]
+    assert await state_of(transport, "o-1") == OrderState(order_id="o-1", placed=True, bumps=1)
+    await all_consumed(transport)
 
 
 async def move_timeouts_now(transport: PostgresTransport, endpoint: Endpoint) -> int:
