@@ -7,7 +7,8 @@ it comes back with ``NServiceBus.SagaId``). The saga handlers themselves
 (:mod:`endpoint_runtime.sagas.invocation`) run among the endpoint's handlers, load and save the
 instance on the handlers' connection (the mode's transaction) and note what they did in the
 session; after them the step leaves the audit headers (``NServiceBus.InvokedSagas``,
-``EndpointRuntime.SagaChanges``) for the audit copy.
+``EndpointRuntime.SagaChanges``) for the audit copy or, when no saga found or made an instance
+for the message, runs the saga-not-found hooks once.
 """
 
 from __future__ import annotations
