@@ -52,6 +52,12 @@ class SagaDefinition:
             raise ConfigurationError(
                 f"saga {saga_type.__name__}: concurrency must be one of {CONCURRENCY}, "
                 f"got {concurrency!r}")
+        try:
+            saga_type()  # an instance is made per message, with no arguments
+        except TypeError as exc:
+            raise ConfigurationError(
+                f"saga {saga_type.__name__} must be constructible without arguments (an "
+                f"instance is made for each message): {exc}") from exc
         self.saga_type = saga_type
         self.type_name = saga_type.type_name()
         self.state_type = state_type_of(saga_type)

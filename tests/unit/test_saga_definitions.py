@@ -116,6 +116,13 @@ def test_two_methods_for_one_message_type_and_a_saga_registered_twice_fail() -> 
     with pytest.raises(ConfigurationError, match="cannot have sagas"):
         Endpoint("shop", send_only=True).saga(OrderSaga)
 
+    class NeedsArguments(Twice):
+        def __init__(self, db: object) -> None:
+            self.db = db
+
+    with pytest.raises(ConfigurationError, match="constructible without arguments"):
+        Endpoint("shop").saga(NeedsArguments)
+
 
 def test_the_state_version_changes_with_the_fields_only() -> None:
     class Same(msgspec.Struct):
