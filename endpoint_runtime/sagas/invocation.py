@@ -43,7 +43,6 @@ from endpoint_runtime.sagas.step import SESSION, InvokedSaga, SagaSession
 
 log = structlog.get_logger("endpoint_runtime.sagas")
 
-
 _metadata = msgspec.json.Encoder()
 _metadata_decoder = msgspec.json.Decoder(dict[str, str])
 
@@ -162,7 +161,7 @@ class SagaInvocation:
             return
         correlation = definition.correlation
         if correlation is not None and getattr(saga.state, correlation) != before:
-            raise EndpointRuntimeError(
+            raise SagaError(
                 f"saga {definition.type_name} {saga.saga_id}: a handler changed the "
                 f"correlation field {correlation!r}; it is fixed when the instance starts")
         data = msgspec.json.encode(saga.state).decode()

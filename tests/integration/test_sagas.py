@@ -446,3 +446,26 @@ async def test_a_correlation_value_of_the_wrong_type_fails_the_message_clearly(
     assert failed.headers[ErrorHeaders.MESSAGE] == (
         "saga tests.integration.test_sagas.Mismatched: Placed maps to the correlation value 3 "
         "(int); its correlation field 'order_id' is str")
+
+
+class Renamer(Saga[OrderState]):
+    correlation = "order_id"
+
+    @starts(correlate="order_id")
+    async def placed(self, message: Placed, context: HandlerContext) -> None:
+        self.state.order_id = message.order_id.upper()
+
+
+async def test_a_handler_that_changes_the_correlation_field_fails_its_message(
+    transport: PostgresTransport,
+) -> None:
+    endpoint = Endpoint("fulfilment", immediate_retries=0, delayed_retries=0)
+    endpoint.saga(Renamer)
+    await prepared(transport, endpoint)
+    await send(transport, Placed("o-1"))
+    await drain(transport, endpoint)
+
+    (failed,) = await received_all(transport, "error")
+    assert failed.headers[ErrorHeaders.EXCEPTION_TYPE].endswith("SagaError")
+    assert "changed the correlation field 'order_id'" in failed.headers[ErrorHeaders.MESSAGE]
+    assert await rows(transport) == []
