@@ -468,4 +468,4 @@ async def test_a_handler_that_changes_the_correlation_field_fails_its_message(
     (failed,) = await received_all(transport, "error")
     assert failed.headers[ErrorHeaders.EXCEPTION_TYPE].endswith("SagaError")
     assert "changed the correlation field 'order_id'" in failed.headers[ErrorHeaders.MESSAGE]
-    assert await rows(transport) == []
+    assert await transport.pool.fetchval('SELECT count(*) FROM "fulfilment_Renamer"') == 0
