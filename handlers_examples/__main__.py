@@ -437,7 +437,9 @@ def print_summary(
         print(f"{name:<14}{mode:<38}{status.processed:>10}{failed:>8}{moved:>10}"
               f"{len(status.receivers):>11}")
     print("  (processed = messages whose handlers ran; failed = failed attempts: shipping's "
-          "simulated carrier timeouts are retried, sales' invalid orders are not)")
+          "simulated carrier timeouts are retried, sales' invalid orders are not; when an "
+          "order's two fulfilment messages start its saga at once, one loses the race and is "
+          "retried)")
     print()
     print_exactly_once(args, finals)
     print(f"error queue: +{progress.errors_added} this run (expected {args.invalid_orders}, "
