@@ -1,15 +1,16 @@
 """Saga messages against a plain handler doing the same work by hand, two queues at once.
 
-In one process, without Ray, atomic mode: side ``saga`` is an endpoint whose saga ``Counter``
-counts ``Increment`` messages per key (find by correlation value, decode the state, change it,
-save with the version check); side ``by_hand`` is an endpoint whose plain handler does the same
-work itself, in the same transaction: ``SELECT`` the row by its correlation value, decode the
-state, change it, ``UPDATE ... WHERE "Id" = $1 AND "Concurrency" = $2``. Both tables have the
-same layout and the same ``--keys`` live instances (every message is an update). Both sides run
-at the same moment, each ``--slots`` receive slots on its own queue, so the load of a shared
-machine falls on both alike; the side started first alternates. Per window: messages the saga
-side processed / messages the by-hand side processed (target >= 0.9). Each window also checks
-that every side's instances add up to the messages it processed (nothing lost or doubled).
+In one process, without Ray, atomic mode (``--batch-size N``: batched): side ``saga`` is an
+endpoint whose saga ``Counter`` counts ``Increment`` messages per key (find by correlation
+value, decode the state, change it, save with the version check); side ``by_hand`` is an
+endpoint whose plain handler does the same work itself, in the same transaction: ``SELECT`` the
+row by its correlation value, decode the state, change it, ``UPDATE ... WHERE "Id" = $1 AND
+"Concurrency" = $2``. Both tables have the same layout and the same ``--keys`` live instances
+(every message is an update). Both sides run at the same moment, each ``--slots`` receive slots
+on its own queue, so the load of a shared machine falls on both alike; the side started first
+alternates. Per window: messages the saga side processed / messages the by-hand side processed
+(target >= 0.9). Each window also checks that every side's instances add up to the messages it
+processed (nothing lost or doubled).
 
 Run ``python -m benchmarks.sagas --help``; prints one JSON object.
 """
@@ -55,9 +56,6 @@ class Counter(Saga[CounterState]):
         self.state.count += 1
 
 
-saga_side = Endpoint("bench_saga", immediate_retries=5, delayed_retries=0)
-saga_side.saga(Counter)
-
 BY_HAND = SagaTable(QueueAddress("bench_by_hand_Counter"), "key")
 _state = msgspec.json.Decoder(CounterState)
 _encoder = msgspec.json.Encoder()
@@ -80,13 +78,18 @@ async def increment_by_hand(message: Increment, context: HandlerContext) -> None
         raise SagaConcurrencyError(f"counter {message.key} changed")
 
 
-by_hand_side = Endpoint("bench_by_hand", immediate_retries=5, delayed_retries=0)
-by_hand_side.register(increment_by_hand)
+Sides = dict[str, tuple[Endpoint, SagaTable]]
 
-SIDES: dict[str, tuple[Endpoint, SagaTable]] = {
-    "saga": (saga_side, saga_side.sagas.definitions[0].table),
-    "by_hand": (by_hand_side, BY_HAND),
-}
+
+def make_sides(batch_size: int) -> Sides:
+    """The two endpoints (``batch_size`` > 1: batched atomic receive) and their tables."""
+    options = {"immediate_retries": 5, "delayed_retries": 0, "batch_size": batch_size}
+    saga_side = Endpoint("bench_saga", **options)
+    saga_side.saga(Counter)
+    by_hand_side = Endpoint("bench_by_hand", **options)
+    by_hand_side.register(increment_by_hand)
+    return {"saga": (saga_side, saga_side.sagas.definitions[0].table),
+            "by_hand": (by_hand_side, BY_HAND)}
 
 
 async def run_side(pool: asyncpg.Pool, endpoint: Endpoint, slots: int,
@@ -103,18 +106,19 @@ async def run_side(pool: asyncpg.Pool, endpoint: Endpoint, slots: int,
     await asyncio.gather(*(slot() for _ in range(slots)))
 
 
-async def reset(pool: asyncpg.Pool, keys: int, backlog: int) -> None:
+async def reset(pool: asyncpg.Pool, sides: Sides, keys: int, backlog: int) -> None:
     """Every side: ``keys`` instances at count 0, a backlog of increments spread over them."""
     messages = [create_outgoing(Increment(f"k{i % keys}"), originating_endpoint="bench")
                 for i in range(backlog)]
-    for endpoint, table in SIDES.values():
+    version = sides["saga"][0].sagas.definitions[0].version
+    for endpoint, table in sides.values():
         await pool.execute(f"TRUNCATE {table.address.qualified}, {endpoint.address.qualified}")
         await pool.execute(
             f'INSERT INTO {table.address.qualified} ("Id", "Metadata", "Data", '
             f'"PersistenceVersion", "SagaTypeVersion", "Concurrency", "Correlation_key") '
             f"SELECT gen_random_uuid(), '{{}}', json_build_object('key', 'k' || i, 'count', 0),"
             f" 'bench', $2, 1, 'k' || i FROM generate_series(0, $1 - 1) AS i",
-            keys, saga_side.sagas.definitions[0].version)
+            keys, version)
         async with pool.acquire() as connection, connection.transaction():
             for start in range(0, backlog, 1000):
                 await sending.send_many(connection, endpoint.address,
@@ -133,19 +137,20 @@ async def processed(pool: asyncpg.Pool, endpoint: Endpoint, table: SagaTable,
     return done
 
 
-async def compare(pool: asyncpg.Pool, args: argparse.Namespace) -> dict[str, Any]:
+async def compare(pool: asyncpg.Pool, sides: Sides,
+                  args: argparse.Namespace) -> dict[str, Any]:
     ratios, windows = [], []
     for window in range(args.windows):
-        await reset(pool, args.keys, args.backlog)
+        await reset(pool, sides, args.keys, args.backlog)
         stop = asyncio.Event()
-        order = list(SIDES.values()) if window % 2 == 0 else list(SIDES.values())[::-1]
-        sides = [asyncio.create_task(run_side(pool, endpoint, args.slots, stop))
-                 for endpoint, _ in order]
+        order = list(sides.values()) if window % 2 == 0 else list(sides.values())[::-1]
+        running = [asyncio.create_task(run_side(pool, endpoint, args.slots, stop))
+                   for endpoint, _ in order]
         await asyncio.sleep(args.seconds)
         stop.set()
-        await asyncio.gather(*sides)
+        await asyncio.gather(*running)
         done = {name: await processed(pool, endpoint, table, args.backlog)
-                for name, (endpoint, table) in SIDES.items()}
+                for name, (endpoint, table) in sides.items()}
         if max(done.values()) >= args.backlog:
             raise SystemExit(f"a backlog of {args.backlog} ran out within the window: raise it")
         ratios.append(done["saga"] / done["by_hand"])
@@ -157,18 +162,20 @@ async def compare(pool: asyncpg.Pool, args: argparse.Namespace) -> dict[str, Any
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     server = resolve_dsn(args.dsn)
+    sides = make_sides(args.batch_size)
     async with throwaway_database(server, "er_sagas_bench") as name:
         dsn = with_database(server, name)
         async with PostgresTransport.connect(TransportSettings(dsn=dsn)) as transport:
-            for endpoint, table in SIDES.values():
+            for endpoint, table in sides.values():
                 await transport.create_queue(endpoint.address)
                 async with transport.pool.acquire() as connection:
                     await table.setup(connection)
         pool = await connect_pool(dsn, min_size=1, max_size=2 * args.slots + 4)
         try:
             return {"benchmark": "sagas", "mode": "sends_atomic_with_receive",
-                    "windows": args.windows, "seconds": args.seconds, "slots": args.slots,
-                    "keys": args.keys, "target": 0.9, **await compare(pool, args)}
+                    "batch_size": args.batch_size, "windows": args.windows,
+                    "seconds": args.seconds, "slots": args.slots, "keys": args.keys,
+                    "target": 0.9, **await compare(pool, sides, args)}
         finally:
             await pool.close()
 
@@ -180,6 +187,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=3.0, help="length of a window")
     parser.add_argument("--slots", type=int, default=4, help="receive slots per side")
     parser.add_argument("--keys", type=int, default=1000, help="saga instances per side")
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="messages per transaction (> 1: batched atomic receive)")
     parser.add_argument("--backlog", type=int, default=10_000, help="messages per side and window")
     parser.add_argument("--dsn", default="", help="PostgreSQL server (default: embedded)")
     return parser.parse_args(argv)
