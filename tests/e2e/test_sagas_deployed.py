@@ -117,9 +117,11 @@ async def test_concurrent_updates_of_one_instance_lose_nothing(
 async def test_a_timeout_requested_before_a_restart_fires_after_it(
     db: PostgresTransport, deployer: Deployer,
 ) -> None:
+    # 8 s: the first deployment must be stopped before the timeout is due (its mover would
+    # deliver it), with room for a slow start and stop on a loaded machine.
     first = await deployer.start("fulfilment", module=MODULE)
     table = QueueAddress("fulfilment_OrderSaga")
-    await send_batch(db, "fulfilment", [Placed("o-9", timeout_s=4)])
+    await send_batch(db, "fulfilment", [Placed("o-9", timeout_s=8)])
     await wait_for(lambda: count(db.pool, f"SELECT count(*) FROM {table.qualified}"),
                    timeout=30, what="the instance")
     await deployer.stop(first)
