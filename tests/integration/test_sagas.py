@@ -29,6 +29,7 @@ from tests.support.saga_endpoints import (
     AskPayment,
     Bump,
     Cancelled,
+    OrderSaga,
     OrderState,
     Paid,
     PaymentAccepted,
@@ -469,3 +470,16 @@ async def test_a_handler_that_changes_the_correlation_field_fails_its_message(
     assert failed.headers[ErrorHeaders.EXCEPTION_TYPE].endswith("SagaError")
     assert "changed the correlation field 'order_id'" in failed.headers[ErrorHeaders.MESSAGE]
     assert await transport.pool.fetchval('SELECT count(*) FROM "fulfilment_Renamer"') == 0
+
+
+async def test_a_saga_id_header_that_is_no_uuid_finds_nothing_and_is_consumed(
+    transport: PostgresTransport,
+) -> None:
+    endpoint = await prepared(transport, saga_endpoint())
+    await send(transport, PaymentAccepted(reference="r"), headers={
+        Headers.SAGA_ID: "'; DROP TABLE x; --", Headers.SAGA_TYPE: OrderSaga.type_name()})
+    with capture_logs() as logs:
+        await drain(transport, endpoint)
+    assert [e["event"] for e in logs if e["event"].startswith("saga_")] == [
+        "saga_id_not_a_uuid", "saga_not_found"]
+    await all_consumed(transport)
