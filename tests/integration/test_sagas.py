@@ -483,3 +483,30 @@ async def test_a_saga_id_header_that_is_no_uuid_finds_nothing_and_is_consumed(
     assert [e["event"] for e in logs if e["event"].startswith("saga_")] == [
         "saga_id_not_a_uuid", "saga_not_found"]
     await all_consumed(transport)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_state_is_as_durable_as_the_messages_other_work(
+    transport: PostgresTransport, mode: str,
+) -> None:
+    """A handler after the saga fails the first attempt: the saga's update rolls back with
+    it and the retry applies it once (every mode with a transaction); in none mode the update
+    committed on its own and the failed message is in the error queue (at most once)."""
+    endpoint = saga_endpoint(mode)
+    attempts: list[int] = []
+
+    @endpoint.handler
+    async def fails_once(message: Bump, context: HandlerContext) -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("after the saga saved")
+
+    await prepared(transport, endpoint)
+    await send(transport, Placed("o-1"))
+    await send(transport, Bump("o-1"))
+    await drain(transport, endpoint)
+
+    assert await state_of(transport, "o-1") == OrderState(order_id="o-1", placed=True, bumps=1)
+    assert [row["Concurrency"] for row in await rows(transport)] == [2]
+    assert len(attempts) == (1 if mode == "none" else 2)
+    assert await transport.depth("error") == (1 if mode == "none" else 0)
