@@ -17,6 +17,9 @@ Every exception the runtime raises on purpose derives from :class:`EndpointRunti
     ├── HandlerCancelledError                     a handler cut short by a stop (NONE mode)
     ├── RecoverabilityFailedError                 the retry/error-queue step itself failed
     ├── CommittedCountsFailedError                the committed-counts table cannot be written
+    ├── SagaError
+    │   ├── SagaConcurrencyError                  a saga instance changed under the message
+    │   └── SagaStateVersionError                 stored saga state the state type cannot read
     └── HandlerControl                            raised by handlers to steer recoverability
         ├── RetryLater                            roll back, deliver again after a delay
         └── DiscardMessage                        roll back and drop the message
@@ -129,6 +132,21 @@ class RecoverabilityFailedError(EndpointRuntimeError):
             f"Failed to execute recoverability policy for message with native ID: `{native_id}`"
         )
         self.native_id = native_id
+
+
+class SagaError(EndpointRuntimeError):
+    """A saga instance could not be loaded or saved."""
+
+
+class SagaConcurrencyError(SagaError):
+    """Another transaction changed, completed or created the saga instance since this message
+    read it (optimistic concurrency, or a lost race on the correlation index): the attempt
+    fails and the message is retried, when it reads the instance afresh."""
+
+
+class SagaStateVersionError(SagaError):
+    """The stored state of a saga instance, written by another version of its state type
+    (``SagaTypeVersion``), does not decode as the current state type."""
 
 
 class NotAQueueError(EndpointRuntimeError):

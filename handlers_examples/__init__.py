@@ -14,6 +14,8 @@ loyalty          RECEIVE_ONLY + outbox (pessimistic)         exactly-once effect
 notifications    NONE                                        at-most-once, fire-and-forget
 analytics        SENDS_ATOMIC_WITH_RECEIVE                   subscribes to sales' OrderPlaced
                                                              event (billing does too)
+fulfilment       (a saga, run by sales)                      placed + paid in any order, ship
+                                                             when both, cancel after a timeout
 ===============  ==========================================  ==================================
 
 Every example endpoint sends an audit copy of each message it handles to the queue ``audit``;

@@ -46,6 +46,7 @@ from endpoint_runtime import (
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.runtime.actors.peeker import DeploymentStatus
 from endpoint_runtime.wire.messages import TransportMessage
+from handlers_examples import fulfilment
 from handlers_examples.loyalty import REMINDER_DELAY
 from handlers_examples.messages import (
     AwardPoints,
@@ -139,6 +140,8 @@ class Progress(msgspec.Struct):
     errors_added: int = 0
     notifications_waiting: int = 0
     loyalty_waiting: int = 0
+    fulfilment: dict[str, int] = msgspec.field(default_factory=dict)
+    """The fulfilment saga's outcomes of this run's orders (shipped, cancelled, live)."""
 
 
 class Client:
@@ -190,6 +193,7 @@ async def observe(client: Client, errors_before: int) -> Progress:
         errors_added=await transport.depth(ERROR_QUEUE) - errors_before,
         notifications_waiting=await transport.depth("notifications"),
         loyalty_waiting=await transport.depth("loyalty"),
+        fulfilment=await fulfilment.outcomes(transport.pool, list(client.order_ids)),
     )
 
 
@@ -230,6 +234,7 @@ async def run(args: argparse.Namespace) -> int:
 
             began = time.monotonic()
             await send_all(sender, [*orders, *invalid])
+            await fulfilment.send_orders(sender, order_ids, "sales")
             sent_in = time.monotonic() - began
             print(f"run {run_id}: sent {len(orders)} orders and {len(invalid)} invalid "
                   f"order(s) to sales in {sent_in:.2f} s", flush=True)
@@ -336,6 +341,7 @@ def flow_complete(progress: Progress, args: argparse.Namespace) -> bool:
         and progress.errors_added >= args.invalid_orders
         and progress.notifications_waiting == 0
         and progress.loyalty_waiting == 0  # the redelivered copies were consumed too
+        and progress.fulfilment == fulfilment.expected(args.orders)
     )
 
 
@@ -408,6 +414,11 @@ def print_summary(
           f"{TENANT_HEADER} header, copied by sales' own 'tenant' step)")
     print(f"redelivered{progress.redelivered:6d} / {args.redeliveries}    (AwardPoints sent again "
           "with their original message ids, as in a redelivery)")
+    saga, wanted = progress.fulfilment, fulfilment.expected(n)
+    print(f"fulfilment {saga.get('shipped', 0):6d} / {wanted['shipped']}   shipped, "
+          f"{saga.get('cancelled', 0)} / {wanted['cancelled']} cancelled, {saga.get('live', 0)} "
+          "running (saga OrderFulfilment: placed + paid in any order; unpaid orders cancelled "
+          f"after its {fulfilment.PAYMENT_TIMEOUT.total_seconds():g} s timeout)")
     until = "the flow completed" if complete else (
         "the interruption" if interrupted else "the timeout")
     print(f"took       {elapsed:6.2f} s from the first send until {until}: "
@@ -426,7 +437,9 @@ def print_summary(
         print(f"{name:<14}{mode:<38}{status.processed:>10}{failed:>8}{moved:>10}"
               f"{len(status.receivers):>11}")
     print("  (processed = messages whose handlers ran; failed = failed attempts: shipping's "
-          "simulated carrier timeouts are retried, sales' invalid orders are not)")
+          "simulated carrier timeouts are retried, sales' invalid orders are not; when an "
+          "order's two fulfilment messages start its saga at once, one loses the race and is "
+          "retried)")
     print()
     print_exactly_once(args, finals)
     print(f"error queue: +{progress.errors_added} this run (expected {args.invalid_orders}, "

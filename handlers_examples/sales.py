@@ -14,6 +14,7 @@ from __future__ import annotations
 import structlog
 
 from endpoint_runtime import Endpoint, HandlerContext, Headers, TransactionMode
+from handlers_examples import fulfilment
 from handlers_examples.messages import (
     AwardPoints,
     OrderAccepted,
@@ -55,6 +56,8 @@ endpoint = Endpoint(
 )
 # Every message sales sends carries the order's tenant (handlers_examples/tenancy.py).
 carry_tenant(endpoint)
+# The order-fulfilment saga runs here too (handlers_examples/fulfilment.py).
+fulfilment.add_to(endpoint)
 
 
 @endpoint.handler

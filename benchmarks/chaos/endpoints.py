@@ -11,6 +11,10 @@ A handler about to raise ``DiscardMessage`` first notes the discard on a connect
 (:mod:`benchmarks.chaos.observer`): the raise rolls its transaction back, so the note could
 not live there, and the run counts only discards it saw.
 
+In every mode but ``NONE`` the endpoint also runs the saga :class:`ChaosTally`: each message
+that ``work`` let through adds its id to the saga instance of its key, in the same transaction
+as its effect (``benchmarks.chaos.saga_checks`` compares the two at the end).
+
 ``attempt`` is the execution's number among the executions of that message id in the
 receiver process (the runtime's failure count is per receiver and is not shown to handlers).
 """
@@ -26,11 +30,16 @@ from benchmarks.chaos.observer import observer
 from benchmarks.chaos.schedule import Fate
 from endpoint_runtime import Endpoint, HandlerContext
 from endpoint_runtime.errors import DiscardMessage
+from endpoint_runtime.sagas import Saga, starts
 
 SINK = "chaos_sink"
 ERROR_QUEUE = "chaos_error"
 EFFECTS_TABLE = "chaos_effects"
 MODES = ("none", "receive_only", "atomic", "batched", "outbox")
+SAGA_MODES = ("receive_only", "atomic", "batched", "outbox")
+"""The modes whose endpoint also runs the saga :class:`ChaosTally`."""
+SAGA_KEYS = 50
+"""Saga instances per mode (messages spread over them by ``n``)."""
 MAX_COUNTED_IDS = 200_000
 
 
@@ -120,6 +129,29 @@ chaos_outbox = Endpoint("chaos_outbox", transaction_mode="receive_only",
 chaos_outbox.enable_outbox()
 for _endpoint in (chaos_none, chaos_receive_only, chaos_atomic, chaos_batched, chaos_outbox):
     _endpoint.register(work)
+
+
+class TallyState(msgspec.Struct):
+    key: str = ""
+    applied: list[str] = msgspec.field(default_factory=list)
+    """The ids of the messages whose update committed, in order (a doubled update shows)."""
+
+
+class ChaosTally(Saga[TallyState]):
+    """After ``work`` returned (it is registered first), each message's id is added to the
+    instance of its key: the update commits with the message's effect or not at all, so at
+    the end the instances hold exactly the ids of the committed effects (``saga_checks``)."""
+
+    correlation = "key"
+
+    @starts(correlate=lambda message: f"k{message.n % SAGA_KEYS}")
+    async def tally(self, message: ChaosWork, context: HandlerContext) -> None:
+        self.state.applied.append(context.message_id)
+
+
+# Not none: there the effect and the saga's save commit apart (each statement on its own).
+for _endpoint in (chaos_receive_only, chaos_atomic, chaos_batched, chaos_outbox):
+    _endpoint.saga(ChaosTally)
 
 
 def endpoint_path(mode: str) -> str:

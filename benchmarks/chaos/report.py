@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from benchmarks.chaos import checks, recovery
+from benchmarks.chaos import checks, recovery, saga_checks
 from benchmarks.chaos.drivers import FaultInjector, send_backlog, send_stream, supervise
 from benchmarks.chaos.endpoints import ERROR_QUEUE, SINK, endpoint_path
 from benchmarks.chaos.ledger import (
@@ -160,11 +160,13 @@ async def run_mode(run: Run, mode: str) -> dict[str, Any]:
     try:
         observed, times = await read_observed(connection, mode, address, delayed,
                                               injector.records)
+        states = await saga_checks.read_states(connection, mode, address)
     finally:
         await connection.close()
+    saga = None if states is None else saga_checks.saga_account(states, observed.effects)
     planted = Planted(**{kind: sorted(map(str, task.result())) for kind, task in plants.items()})
     return _mode_result(checks.account(observed), times, injector, started, settled,
-                        deployment.restarts, final.replaced_receivers, planted)
+                        deployment.restarts, final.replaced_receivers, planted, saga)
 
 
 def _plant(group: asyncio.TaskGroup, dsn: str, mode: str, address: QueueAddress,
@@ -209,16 +211,18 @@ async def _settle(dsn: str, queue: QueueAddress, delayed: QueueAddress, in_fligh
 
 def _mode_result(accounts: checks.Accounts, times: list[float], injector: FaultInjector,
                  started: float, settled: bool, restarts: int, replaced: int,
-                 planted: Planted) -> dict[str, Any]:
+                 planted: Planted, saga: saga_checks.SagaAccounts | None) -> dict[str, Any]:
     by_kind: dict[str, list[float]] = collections.defaultdict(list)
     for record in injector.records:
         if record.injected:
             by_kind[record.kind].append(record.at)
     recovered = {kind: recovery.recovery_times(times, at) for kind, at in by_kind.items()}
-    failed = checks.failed_checks(accounts) + ([] if settled else ["settled"])
+    failed = (checks.failed_checks(accounts) + saga_checks.saga_failed_checks(saga)
+              + ([] if settled else ["settled"]))
     span = (times[-1] - times[0]) if len(times) > 1 else 0.0
     result = {
         **msgspec.to_builtins(accounts),
+        **(msgspec.to_builtins(saga) if saga is not None else {}),
         "recovery_s": recovery.summarize_recovery(recovered),
         "planted": msgspec.to_builtins(planted),
         "faults": {kind: len(at) for kind, at in by_kind.items()},
@@ -234,5 +238,7 @@ def _mode_result(accounts: checks.Accounts, times: list[float], injector: FaultI
              f"{accounts.discarded} lost {accounts.lost} (traced {accounts.lost_traced}) "
              f"duplicates {accounts.duplicate_effects} ghosts {accounts.ghost_sends} "
              f"fate_mismatches {accounts.fate_mismatches}; "
-             f"{'ok' if not failed else 'FAILED: ' + ', '.join(failed)}")
+             + (f"saga updates {saga.saga_updates} lost {saga.saga_lost_updates} doubled "
+                f"{saga.saga_doubled_updates}; " if saga is not None else "")
+             + f"{'ok' if not failed else 'FAILED: ' + ', '.join(failed)}")
     return result

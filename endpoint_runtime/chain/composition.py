@@ -13,6 +13,7 @@ step                  what it owns                                added
                       record and dispatch
 user steps            :meth:`Endpoint.add_step`                   by the endpoint's code
 ``audit``             the audit copy                              with ``audit_queue``
+``sagas``             the saga session, its audit headers         with ``@endpoint.saga``
 ``invoke_handlers``   decode, run the handlers                    always
 ====================  ==========================================  ============================
 """
@@ -34,6 +35,8 @@ from endpoint_runtime.chain.pipeline import (
 )
 from endpoint_runtime.chain.recoverability.policy import FailedMessages, RecoverabilityPolicy
 from endpoint_runtime.chain.recoverability.step import RecoverabilityStep
+from endpoint_runtime.chain.sagas.registry import Sagas
+from endpoint_runtime.chain.sagas.step import SagaStep
 from endpoint_runtime.chain.steps import (
     AuditStep,
     CrashLedgerStep,
@@ -55,9 +58,11 @@ def build_pipeline(
     delayed_store: DelayedMessageStore | None, user_steps: Sequence[UserStep] = (),
     metrics: Metrics | None = None, in_flight: InFlight | None = None,
     guard_store: Callable[[DelayedMessageStore], DelayedMessageStore] | None = None,
+    sagas: Sagas | None = None,
 ) -> Pipeline:
     """The chain of one endpoint (see the module docstring). ``guard_store`` wraps the
-    delayed-message store (a receiver's circuit breaker)."""
+    delayed-message store (a receiver's circuit breaker); ``sagas``: the endpoint's, when it has
+    some."""
     schema = settings.transport.schema
     metrics = metrics or Metrics()
     stats, failures, tags = ProcessingStats(), FailedMessages(), TypeTags(registry)
@@ -86,6 +91,8 @@ def build_pipeline(
     steps.extend((user.name, user.step) for user in order_user_steps(user_steps))
     if audit_address is not None:
         steps.append((AuditStep.name, AuditStep(endpoint, audit_address)))
+    if sagas is not None:
+        steps.append((SagaStep.name, SagaStep(sagas.not_found_hooks)))
     steps.append((InvokeHandlersStep.name, InvokeHandlersStep(
         endpoint=endpoint, registry=registry, local_address=address,
         error_address=error_address, subscriptions=subscriptions,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Protocol, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
 import msgspec
 import structlog
@@ -95,8 +95,12 @@ class HandlerContext:
         error_address: QueueAddress | None = None,
         metrics: Metrics | None = None,
         outgoing_hooks: list[OutgoingHook] | None = None,
+        items: dict[str, Any] | None = None,
     ) -> None:
         self.transport_message = message
+        self.items: dict[str, Any] = {} if items is None else items
+        """The chain's room for per-message state (``IncomingContext.items``): what steps
+        leave for handlers, such as the saga step's session."""
         self.message_id = message.message_id
         self.headers: Mapping[str, str] = message.headers
         self.endpoint = endpoint
@@ -181,14 +185,25 @@ class HandlerContext:
         *,
         headers: Mapping[str, str] | None = None,
         immediate: bool = False,
+        destination: str | None = None,
     ) -> str:
-        """Send ``message`` to the incoming message's ``ReplyToAddress``."""
-        reply_to = self.headers.get(Headers.REPLY_TO_ADDRESS)
+        """Send ``message`` to the incoming message's ``ReplyToAddress`` (``destination``:
+        to that queue instead, as a saga replies to its originator).
+
+        A reply to a message a saga sent carries that saga's id back
+        (``NServiceBus.OriginatingSagaId`` -> ``NServiceBus.SagaId``), so the reply finds
+        its instance."""
+        reply_to = destination or self.headers.get(Headers.REPLY_TO_ADDRESS)
         if not reply_to:
             raise EndpointRuntimeError(
                 f"cannot reply to message {self.message_id}: it has no "
                 f"{Headers.REPLY_TO_ADDRESS} header"
             )
+        saga_id = self.headers.get(Headers.ORIGINATING_SAGA_ID) if destination is None else None
+        if saga_id:
+            headers = {Headers.SAGA_ID: saga_id,
+                       Headers.SAGA_TYPE: self.headers.get(Headers.ORIGINATING_SAGA_TYPE, ""),
+                       **(headers or {})}
         return await self._send(
             message, reply_to, MessageIntent.REPLY, headers, immediate, None, None,
         )

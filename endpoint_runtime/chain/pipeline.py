@@ -19,6 +19,7 @@ endpoint gets: ``endpoint_runtime.chain.composition``):
                     dispatch
 (user steps)        :meth:`endpoint_runtime.runtime.endpoint.Endpoint.add_step`
 ``audit``           (with ``audit_queue``) the audit copy, once the handlers ran
+``sagas``           (with sagas) the per-message saga session and its audit headers
 ``invoke_handlers`` decode the body, run every handler of its type in registration order
 ==================  ============================================================================
 
@@ -196,7 +197,7 @@ class Step(Protocol):
 
 
 BUILT_IN = ("log_context", "recoverability", "crash_ledger", "metrics", "outbox", "audit",
-            "invoke_handlers")
+            "sagas", "invoke_handlers")
 """The built-in steps in their order; the ones a chain does not need are left out."""
 FIRST_USER_ANCHOR = "recoverability"
 """``after=`` this: the first of the user steps."""

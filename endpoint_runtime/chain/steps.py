@@ -151,11 +151,17 @@ class AuditStep:
                 self.audit_address, audit_copy(context, self.endpoint), immediate=False)
 
 
+AUDIT_HEADERS = "audit_headers"
+"""``context.items[AUDIT_HEADERS]``: headers a step adds to the audit copy (the saga step's)."""
+
+
 def audit_copy(context: IncomingContext, endpoint: str) -> OutgoingMessage:
-    """The handled message with its processing headers, under a row id of its own (a
-    message processed twice is audited twice)."""
+    """The handled message with its processing headers, and those steps left under
+    ``context.items[AUDIT_HEADERS]``, under a row id of its own (a message processed twice is
+    audited twice)."""
     message = context.transport_message
     headers = dict(message.headers)
+    headers.update(context.items.get(AUDIT_HEADERS, ()))
     headers[Headers.PROCESSING_ENDPOINT] = endpoint
     headers[Headers.PROCESSING_MACHINE] = MACHINE
     for name, moment in ((Headers.PROCESSING_STARTED, context.started),
@@ -200,7 +206,7 @@ class InvokeHandlersStep:
             dispatcher=context.dispatcher, connection=context.connection,
             subscriptions=self.subscriptions, allowed_schemas=self.allowed_schemas,
             error_address=self.error_address, metrics=self.metrics,
-            outgoing_hooks=context.outgoing_hooks,
+            outgoing_hooks=context.outgoing_hooks, items=context.items,
         )
         context.started = time.time()
         for handler in handlers:

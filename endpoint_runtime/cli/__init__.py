@@ -10,6 +10,7 @@ Example::
     endpoint-runtime queues peek sales
     endpoint-runtime errors list
     endpoint-runtime errors retry --all
+    endpoint-runtime sagas show sales_OrderFulfilment --correlation 17
     endpoint-runtime db stop
 
 Every command reads :class:`~endpoint_runtime.settings.TransportSettings` from the ``[transport]``
@@ -20,9 +21,9 @@ of the runtime (:class:`~endpoint_runtime.errors.EndpointRuntimeError`) print on
 and exit with status 2.
 
 One module per command: ``run``, ``send``, ``queues``, ``errors``, ``status``,
-``subscriptions``, ``ingest``, ``report`` and ``database`` (``db``: ``db install``, ``db url``,
-``db psql``, ``db stop``); each adds its subparser with ``add_parser`` and holds the coroutines
-that carry the command out. ``status_lines`` and ``common`` are shared by them.
+``subscriptions``, ``sagas``, ``ingest``, ``report`` and ``database`` (``db``: ``db install``,
+``db url``, ``db psql``, ``db stop``); each adds its subparser with ``add_parser`` and holds
+the coroutines that carry the command out. ``status_lines`` and ``common`` are shared by them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from endpoint_runtime.cli import (
     queues,
     report,
     run,
+    sagas,
     send,
     status,
     subscriptions,
@@ -71,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--config", metavar="FILE", default=argparse.SUPPRESS,
                         help="TOML settings file (its [transport] table is read)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (run, ingest, send, queues, errors, subscriptions, status, report,
+    for module in (run, ingest, send, queues, errors, subscriptions, sagas, status, report,
                    database):
         module.add_parser(commands, common)
     return parser

@@ -33,6 +33,7 @@ from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
 
 if TYPE_CHECKING:
+    from endpoint_runtime.chain.sagas import Sagas
     from endpoint_runtime.delayed.store import DelayedMessageStore
 
 
@@ -55,6 +56,9 @@ class InstallableEndpoint(Protocol):
     @property
     def business_schema(self) -> BusinessSchema: ...
 
+    @property
+    def sagas(self) -> Sagas: ...
+
 
 class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
     """Every table a deployment of one endpoint reads or writes, whatever its handlers do.
@@ -72,6 +76,8 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
     outbox: QueueAddress | None = None
     subscriptions: QueueAddress | None = None
     committed_counts: QueueAddress | None = None
+    sagas: tuple[QueueAddress, ...] = ()
+    """One table per saga type (``endpoint_runtime.chain.sagas.storage``)."""
 
     @classmethod
     def of(cls, endpoint: InstallableEndpoint, settings: EndpointSettings) -> EndpointTables:
@@ -90,12 +96,14 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
             subscriptions=(subscription_store(settings.transport).table
                            if settings.auto_subscribe else None),
             committed_counts=counts_table(endpoint.address),
+            sagas=endpoint.sagas.tables,
         )
 
     def named(self) -> list[tuple[str, QueueAddress]]:
         """``(what, table)`` for each table in use, in the order above."""
         return [(name, table) for name in self.__struct_fields__
-                if isinstance(table := getattr(self, name), QueueAddress)]
+                if isinstance(table := getattr(self, name), QueueAddress)] + [
+            ("saga", table) for table in self.sagas]
 
 
 async def install(transport: PostgresTransport, endpoint: InstallableEndpoint,
@@ -115,6 +123,7 @@ async def install(transport: PostgresTransport, endpoint: InstallableEndpoint,
         if settings.auto_subscribe:
             await subscription_store(settings.transport).setup(connection)
         await create_counts_table(connection, counts_table(endpoint.address))
+        await endpoint.sagas.setup(connection)
         await endpoint.business_schema.install(connection)
 
 

@@ -39,7 +39,8 @@ SEND = "INSERT"
 FAIL = "INSERT, SELECT (id)"
 """The error queue: its insert returns the id it kept (and reads no one else's messages)."""
 STORE = "SELECT, INSERT, UPDATE, DELETE"
-"""The delayed store, the outbox, the committed counts and the subscription table: read and
+"""The delayed store, the outbox, the saga tables, the committed counts and the subscription
+table: read and
 written (the subscription table's rows only as the row-level security of
 :func:`subscription_policies` allows; the committed counts: each receive slot adds to its row,
 receivers delete the rows of deployments long idle)."""
@@ -62,7 +63,8 @@ def grant_statements(tables: EndpointTables, role: str, *, sends_to: Iterable[st
                                         for q in sends_to)):
         if queue is not None:
             grants.setdefault(queue, SEND)
-    for table in (tables.delayed, tables.outbox, tables.subscriptions, tables.committed_counts):
+    for table in (tables.delayed, tables.outbox, tables.subscriptions, tables.committed_counts,
+                  *tables.sagas):
         if table is not None:
             grants[table] = STORE  # a table listed twice gets the widest grant
     statements = []

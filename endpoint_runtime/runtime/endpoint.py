@@ -31,6 +31,7 @@ from endpoint_runtime.chain.handlers import Handler, HandlerRegistry
 from endpoint_runtime.chain.metrics import Metrics
 from endpoint_runtime.chain.pipeline import Pipeline, Step, UserStep, check_user_step
 from endpoint_runtime.chain.recoverability.policy import RecoverabilityPolicy, RetryLimits
+from endpoint_runtime.chain.sagas import Saga, Sagas
 from endpoint_runtime.chain.steps import InFlight
 from endpoint_runtime.chain.subscriptions import (
     SubscriptionStore,
@@ -65,6 +66,7 @@ from endpoint_runtime.wire.message_kinds import check_subscribable, commands, su
 log = structlog.get_logger("endpoint_runtime.runtime.endpoint")
 
 H = TypeVar("H", bound=Handler)
+S = TypeVar("S", bound=type[Saga[Any]])
 
 
 class Endpoint:
@@ -118,6 +120,8 @@ class Endpoint:
             )
         self.unrecoverable_exceptions = tuple(unrecoverable_exceptions)
         self.registry = HandlerRegistry()
+        self.sagas = Sagas(self.address, self.registry)
+        """The endpoint's sagas (:meth:`saga`; ``sagas.on_not_found``)."""
         self.business_schema = BusinessSchema(name, schema_sql)
         """The handlers' business tables (:mod:`endpoint_runtime.database.business_schema`)."""
         self.critical_error_handlers: list[Callable[[str, BaseException], None]] = []
@@ -218,6 +222,23 @@ class Endpoint:
             limits = RetryLimits(immediate_retries=immediate_retries,
                                  delayed_retries=delayed_retries)
         self.registry.register(handler, message_type, limits)
+
+    @overload
+    def saga(self, saga_type: S) -> S: ...
+
+    @overload
+    def saga(self, saga_type: None = None, *, concurrency: str = "optimistic",
+             table_name: str | None = None) -> Callable[[S], S]: ...
+
+    def saga(self, saga_type: S | None = None, *, concurrency: str = "optimistic",
+             table_name: str | None = None) -> S | Callable[[S], S]:
+        """Register a saga class: ``@endpoint.saga`` or ``@endpoint.saga(concurrency=
+        "pessimistic")`` (see :meth:`endpoint_runtime.sagas.Sagas.register`, docs/sagas.md);
+        the class is returned unchanged."""
+        if self.send_only:
+            raise ConfigurationError(f"send-only endpoint {self.name!r} cannot have sagas")
+        decorate = self.sagas.register(concurrency=concurrency, table_name=table_name)
+        return decorate(saga_type) if saga_type is not None else decorate
 
     # -- steps of the chain ---------------------------------------------------------------
 
@@ -356,6 +377,7 @@ class Endpoint:
             ),
             delayed_store=self.delayed_store, user_steps=self.user_steps,
             metrics=metrics, in_flight=in_flight, guard_store=guard_store,
+            sagas=self.sagas if len(self.sagas) else None,
         )
 
     @staticmethod

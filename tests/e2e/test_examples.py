@@ -61,6 +61,9 @@ async def test_the_example_flow_completes_and_its_summary_says_so(database_dsn: 
     assert re.search(rf"^redelivered\s*{REDELIVERIES} / {REDELIVERIES}\b", summary, re.M), summary
     assert "redelivered AwardPoints reached no handler" in summary, summary
     assert "error queue: +1 this run (expected 1" in summary, summary
+    # the saga: every fifth order is never paid and is cancelled by the saga's timeout
+    assert re.search(r"^fulfilment\s+4 / 4\s+shipped, 1 / 1 cancelled, 0 running", summary,
+                     re.M), summary
     assert f"OK: all {ORDERS} orders went through" in summary, summary
     # It ran against the test's database.
     connection = await asyncpg.connect(database_dsn)

@@ -22,6 +22,7 @@ from endpoint_runtime.wire.messages import ErrorHeaders
 from handlers_examples.tenancy import TENANT_HEADER as TENANT
 from handlers_examples.tenancy import copy_tenant
 from tests.support.draining import drain, received_all
+from tests.support.modes import MODES
 
 
 class Order(msgspec.Struct):
@@ -32,13 +33,6 @@ class Invoice(msgspec.Struct):
     n: int
 
 
-MODES: dict[str, dict[str, Any]] = {
-    "atomic": {"transaction_mode": "sends_atomic_with_receive"},
-    "batched": {"transaction_mode": "sends_atomic_with_receive", "batch_size": 4},
-    "receive_only": {"transaction_mode": "receive_only"},
-    "outbox": {"transaction_mode": "receive_only"},
-    "none": {"transaction_mode": "none"},
-}
 
 
 class Seen:
