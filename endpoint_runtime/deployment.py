@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import uuid
 from typing import Any
 
@@ -106,6 +107,9 @@ class EndpointDeployment:
             dsn=dsn,
             settings=settings,
             deployment_id=uuid.uuid4().hex[:8],
+            otel_environment=(
+                {k: v for k, v in os.environ.items() if k.startswith("OTEL_")}
+                if settings.tracing else {}),
         ))
         peeker = await _start_peeker(config, peeker_resources)
         log.info("endpoint_started", endpoint=endpoint.name, path=path,

@@ -160,7 +160,7 @@ class RayMetrics(Metrics):
             tags = {"message_type": message_type}
             for started, ended, sent in observed:
                 self._histograms["processing"].observe(ended - started, tags=tags)
-                critical = _critical_seconds(sent, ended)
+                critical = critical_seconds(sent, ended)
                 if critical is not None:
                     self._histograms["critical"].observe(critical, tags=tags)
 
@@ -178,7 +178,7 @@ class RayMetrics(Metrics):
         self.flush()
 
 
-def _critical_seconds(sent: str | None, ended: float) -> float | None:
+def critical_seconds(sent: str | None, ended: float) -> float | None:
     """Critical time: from TimeSent (wire format) to the end of processing (epoch s)."""
     if not sent:
         return None

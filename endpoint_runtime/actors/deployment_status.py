@@ -25,6 +25,9 @@ class DeploymentConfig(msgspec.Struct, frozen=True, kw_only=True):
     (:mod:`endpoint_runtime.actors.committed_counts`), and its connections' reservation names
     it (:mod:`endpoint_runtime.connection_budget`, whence 8 hex digits: an
     ``application_name`` holds 63 bytes)."""
+    otel_environment: dict[str, str] = {}
+    """With ``settings.tracing``: the ``OTEL_*`` variables of the deploying process, set in
+    each receiver before its OpenTelemetry SDK starts (:mod:`endpoint_runtime.tracing.setup`)."""
 
 
 class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -32,7 +32,7 @@ from endpoint_runtime.delayed.store import CircuitBreakingStore, DelayedMessageS
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import RecoverabilityFailedError
 from endpoint_runtime.logging import configure_logging
-from endpoint_runtime.metrics import RayMetrics
+from endpoint_runtime.metrics import Metrics, RayMetrics
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transport.listening import Listener
@@ -53,6 +53,8 @@ class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
     deployment_id: str = ""
     """The deployment's id: its committed counts are kept under it
     (``transactions.counting``); empty: the receiver keeps no committed counts."""
+    otel_environment: dict[str, str] = {}
+    """With ``settings.tracing``: the deploying process's ``OTEL_*`` variables."""
 
 
 class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,6 +111,9 @@ class Receiver:
         self._ledger: CrashLedger | None = None
         self._doomed: DoomedMessages | None = None
         self._metrics: RayMetrics | None = None
+        self._telemetry: Any = None
+        """With ``settings.tracing``: the OpenTelemetry SDK of this process
+        (:class:`endpoint_runtime.tracing.setup.Telemetry`)."""
         self._counts: ReceiverCounts | None = None
 
     def _breaker(self, name: str) -> CircuitBreaker:
@@ -161,8 +166,15 @@ class Receiver:
         # store's circuit breaker.
         self._ledger = CrashLedger.create(self.config.receiver_id, records=max_slots)
         self._metrics = RayMetrics(endpoint.name)
+        metrics: Metrics = self._metrics
+        if settings.tracing:  # imported only when on
+            from endpoint_runtime.tracing.receiving import start_receiver_telemetry
+
+            self._telemetry, metrics = start_receiver_telemetry(
+                endpoint.name, str(endpoint.address), self._metrics,
+                receiver_id=self.config.receiver_id, environment=self.config.otel_environment)
         self._pipeline = endpoint.create_pipeline(
-            settings, metrics=self._metrics, in_flight=self._ledger,
+            settings, metrics=metrics, in_flight=self._ledger,
             guard_store=self._guard_store)
         self._doomed = DoomedMessages(self._pipeline.failures)
         self._doomed.sync(doomed or {})
@@ -265,6 +277,8 @@ class Receiver:
             await self._metrics.close()
         if self._ledger is not None:
             self._ledger.close()
+        if self._telemetry is not None:  # the last spans and metrics leave now
+            await asyncio.to_thread(self._telemetry.shutdown)
         log.info("receiver_stopped", receiver=self.config.receiver_id)
         return self.status()
 

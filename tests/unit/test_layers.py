@@ -38,6 +38,7 @@ PARTS: dict[str, tuple[str, ...]] = {
         "endpoint_runtime/subscriptions.py", "endpoint_runtime/outgoing.py",
         "endpoint_runtime/metrics.py", "endpoint_runtime/chain.py", "endpoint_runtime/steps.py",
         "endpoint_runtime/recoverability_step.py", "endpoint_runtime/outbox_step.py",
+        "endpoint_runtime/tracing/",
     ),
     "Strategies": ("endpoint_runtime/transactions/",),
     "Delayed": ("endpoint_runtime/delayed/",),

@@ -1,0 +1,21 @@
+"""OpenTelemetry for endpoints: one trace across endpoints, and the runtime's metrics.
+
+Switched on per endpoint with ``tracing=True`` (``EndpointSettings.tracing``,
+``ENDPOINT_RUNTIME_TRACING=true``); off, nothing here is imported and the chain has no
+``tracing`` step. On:
+
+- :mod:`.step`: the chain's ``tracing`` step, a span per attempt at a message (``process
+  <queue>``, a child of the ``traceparent`` the message carries), with recoverability's
+  verdict, the failure's exception, and short spans for a delayed retry or a move to the
+  error queue; trace and span ids in the log context and on the audit copy.
+- :mod:`.spans`: the outgoing hook that makes a span per send, publish and reply and writes
+  its W3C ``traceparent``/``tracestate`` into the message's headers (handlers and
+  :class:`~endpoint_runtime.sender.Sender` alike).
+- :mod:`.attributes`: attribute names, OpenTelemetry's messaging conventions and
+  NServiceBus's.
+- :mod:`.setup`: the SDK in a receiver process, from the ``OTEL_*`` variables (service name =
+  endpoint name), flushed when the receiver stops.
+- :mod:`.metrics`: the processing metrics as OpenTelemetry instruments, beside Ray's.
+
+See docs/observability.md.
+"""

@@ -1,0 +1,56 @@
+"""Span and metric attribute names: OpenTelemetry's messaging conventions, and NServiceBus's
+``nservicebus.*`` names for its headers (NServiceBus.Core's ``ActivityTags``), so that traces
+of both look alike in one backend."""
+
+from __future__ import annotations
+
+from endpoint_runtime.messages import Headers, RetryHeaders
+
+INSTRUMENTATION = "endpoint_runtime"
+"""The tracer's and the meter's name."""
+SYSTEM = "endpoint_runtime"
+"""``messaging.system``: no well-known value fits PostgreSQL queue tables."""
+
+MESSAGING_SYSTEM = "messaging.system"
+DESTINATION = "messaging.destination.name"
+OPERATION_TYPE = "messaging.operation.type"
+"""``process`` for an attempt at a message, ``send`` for sends, publishes, replies and
+delayed retries."""
+OPERATION_NAME = "messaging.operation.name"
+MESSAGE_ID = "messaging.message.id"
+CONVERSATION_ID = "messaging.message.conversation_id"
+BODY_SIZE = "messaging.message.body.size"
+CONSUMER_GROUP = "messaging.consumer.group.name"
+"""The endpoint processing the message (its receivers compete on one queue)."""
+ERROR_TYPE = "error.type"
+
+NATIVE_MESSAGE_ID = "nservicebus.native_message_id"
+RECOVERABILITY_ACTION = "nservicebus.recoverability_action"
+"""What recoverability did or will do: ``immediate_retry``, ``delayed_retry``,
+``error_queue``, ``discard``."""
+PROCESSING_ENDPOINT = "nservicebus.processing_endpoint"
+EVENT_TYPES = "nservicebus.event_types"
+
+HEADER_ATTRIBUTES: tuple[tuple[str, str], ...] = (
+    (Headers.MESSAGE_ID, "nservicebus.message_id"),
+    (Headers.CONVERSATION_ID, "nservicebus.conversation_id"),
+    (Headers.CORRELATION_ID, "nservicebus.correlation_id"),
+    (Headers.RELATED_TO, "nservicebus.related_to"),
+    (Headers.MESSAGE_INTENT, "nservicebus.message_intent"),
+    (Headers.ENCLOSED_MESSAGE_TYPES, "nservicebus.enclosed_message_types"),
+    (Headers.ORIGINATING_ENDPOINT, "nservicebus.originating_endpoint"),
+    (Headers.ORIGINATING_MACHINE, "nservicebus.originating_machine"),
+    (Headers.REPLY_TO_ADDRESS, "nservicebus.reply_to_address"),
+    (Headers.TIME_TO_BE_RECEIVED, "nservicebus.time_to_be_received"),
+    (Headers.DELIVER_AT, "nservicebus.deliver_at"),
+    (RetryHeaders.RETRIES, "nservicebus.delayed_retries"),
+    (RetryHeaders.TIMESTAMP, "nservicebus.delayed_retries_timestamp"),
+)
+"""Headers copied onto spans, under NServiceBus's attribute names."""
+
+START_NEW_TRACE = "NServiceBus.OpenTelemetry.StartNewTrace"
+"""NServiceBus's header: ``True`` makes the receiving side start a new trace, linked to the
+span that sent the message, instead of continuing it."""
+PROCESSING_TRACEPARENT = "EndpointRuntime.ProcessingTraceParent"
+"""On an audit copy: the W3C ``traceparent`` of the span that processed the message (its
+trace id and span id), kept in ``audit_log.headers``."""

@@ -1,0 +1,94 @@
+"""Spans of outgoing messages and the trace context in message headers.
+
+:class:`OutgoingSpans` is an outgoing hook (:mod:`endpoint_runtime.outgoing`): for every
+message a handler or a :class:`~endpoint_runtime.sender.Sender` sends, publishes or replies,
+it makes a short producer span, a child of the current context (the attempt's span in a
+handler, the caller's span outside), and writes that span's context into the headers with the
+configured propagators (W3C ``traceparent``/``tracestate`` by default, the header NServiceBus
+reads and writes). The receiving endpoint's ``tracing`` step continues from there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+from typing import Any
+
+from opentelemetry import propagate, trace
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanKind
+
+from endpoint_runtime.messages import Headers, MessageIntent
+from endpoint_runtime.tracing import attributes as names
+
+_OPERATIONS = {MessageIntent.SEND.value: "send", MessageIntent.PUBLISH.value: "publish",
+               MessageIntent.REPLY.value: "reply"}
+
+
+def tracer() -> trace.Tracer:
+    """The runtime's tracer, from the process's tracer provider (a proxy until one is set)."""
+    return trace.get_tracer(names.INSTRUMENTATION)
+
+
+def header_attributes(headers: Mapping[str, str]) -> dict[str, Any]:
+    """Messaging attributes of a message with these headers."""
+    found: dict[str, Any] = {names.MESSAGING_SYSTEM: names.SYSTEM}
+    message_id = headers.get(Headers.MESSAGE_ID)
+    if message_id is not None:
+        found[names.MESSAGE_ID] = message_id
+    conversation = headers.get(Headers.CONVERSATION_ID)
+    if conversation is not None:
+        found[names.CONVERSATION_ID] = conversation
+    for header, attribute in names.HEADER_ATTRIBUTES:
+        value = headers.get(header)
+        if value is not None:
+            found[attribute] = value
+    return found
+
+
+def incoming_parent(headers: Mapping[str, str]) -> tuple[Context, list[Link] | None]:
+    """The context an attempt's span continues (from the message's trace headers), and its
+    links. With NServiceBus's ``StartNewTrace`` header set to ``True`` the span starts a new
+    trace linked to the sender's span instead."""
+    extracted = propagate.extract(headers)
+    if headers.get(names.START_NEW_TRACE, "").lower() != "true":
+        return extracted, None
+    sender = trace.get_current_span(extracted).get_span_context()
+    return Context(), ([Link(sender)] if sender.is_valid else None)
+
+
+class OutgoingSpans:
+    """The outgoing hook: a producer span per message, its context in the headers.
+
+    Example::
+
+        sender.on_outgoing(OutgoingSpans(tracer(), "web"))   # what Sender(tracing=True) does
+    """
+
+    wants_destination = True
+    """Called ``hook(headers, destination)`` (see
+    :func:`endpoint_runtime.outgoing.create_outgoing`)."""
+
+    __slots__ = ("_endpoint", "_tracer")
+
+    def __init__(self, tracer: trace.Tracer, endpoint: str) -> None:
+        self._tracer = tracer
+        self._endpoint = endpoint
+
+    @classmethod
+    def for_sender(cls, name: str) -> OutgoingSpans:
+        return cls(tracer(), name)
+
+    def __call__(self, headers: MutableMapping[str, str], destination: str | None = None) -> None:
+        operation = _OPERATIONS.get(headers.get(Headers.MESSAGE_INTENT, ""), "send")
+        attributes = header_attributes(headers)
+        attributes[names.OPERATION_TYPE] = "send"
+        attributes[names.OPERATION_NAME] = operation
+        if destination is None:  # a publish goes to every subscriber: named by its event type
+            types = headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "")
+            destination = types.split(";", 1)[0]
+            attributes[names.EVENT_TYPES] = types
+        attributes[names.DESTINATION] = destination
+        span = self._tracer.start_span(f"{operation} {destination}", kind=SpanKind.PRODUCER,
+                                       attributes=attributes)
+        propagate.inject(headers, context=trace.set_span_in_context(span))
+        span.end()

@@ -1,0 +1,126 @@
+"""The chain's ``tracing`` step: a span per attempt at a message.
+
+Placed right after ``log_context`` (before recoverability, so that screening, failures and
+recoverability's moves happen inside the span). The span, ``process <queue>`` (kind
+consumer), continues the trace of the message's ``traceparent`` (see
+:func:`.spans.incoming_parent`) and is the current span while the steps below and the
+handlers run: the handlers' own spans and every message they send (through the outgoing hook,
+:class:`.spans.OutgoingSpans`) are its children.
+
+What recoverability did is on the span: a failed attempt's exception (recorded, status
+error, ``error.type``) and ``nservicebus.recoverability_action`` (the next step after a
+failure, or the move made instead of handling). A delayed retry and a move to the error queue
+also get a short producer span of their own (``delayed retry <queue>``, ``move to error
+<queue>``), children of the attempt's span.
+
+The trace and span ids are bound in the log context (``trace_id``, ``span_id``) and, with an
+audit queue, written on the audit copy (``EndpointRuntime.ProcessingTraceParent``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.span import format_span_id, format_trace_id
+
+from endpoint_runtime.messages import TransportMessage
+from endpoint_runtime.pipeline import IncomingContext, Next, Outcome
+from endpoint_runtime.recoverability import Action
+from endpoint_runtime.steps import AUDIT_HEADERS
+from endpoint_runtime.tracing import attributes as names
+from endpoint_runtime.tracing.spans import (
+    OutgoingSpans,
+    header_attributes,
+    incoming_parent,
+    tracer,
+)
+from endpoint_runtime.transport.addresses import QueueAddress
+
+_bind = structlog.contextvars.bind_contextvars
+
+
+class TracingStep:
+    """A span per attempt (see the module docstring)."""
+
+    name = "tracing"
+
+    def __init__(
+        self, *, endpoint: str, local_address: QueueAddress, error_address: QueueAddress,
+        audit: bool, tracer_: trace.Tracer | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.queue = str(local_address)
+        self.error_queue = str(error_address)
+        self.audit = audit
+        self.tracer = tracer_ or tracer()
+        self.outgoing = OutgoingSpans(self.tracer, endpoint)
+        self._name = f"process {self.queue}"
+
+    async def __call__(self, context: IncomingContext, next: Next) -> None:
+        message = context.message
+        if isinstance(message, TransportMessage):
+            headers = message.headers
+            parent, links = incoming_parent(headers)
+            attributes = header_attributes(headers)
+        else:  # a poison row: its headers did not parse
+            parent, links, attributes = otel_context.get_current(), None, {
+                names.MESSAGING_SYSTEM: names.SYSTEM}
+        attributes[names.OPERATION_TYPE] = attributes[names.OPERATION_NAME] = "process"
+        attributes[names.DESTINATION] = self.queue
+        attributes[names.CONSUMER_GROUP] = attributes[names.PROCESSING_ENDPOINT] = self.endpoint
+        attributes[names.NATIVE_MESSAGE_ID] = str(message.native_id)
+        attributes[names.BODY_SIZE] = len(message.body or b"")
+        span = self.tracer.start_span(self._name, context=parent, kind=SpanKind.CONSUMER,
+                                      attributes=attributes, links=links)
+        ids = span.get_span_context()
+        trace_id, span_id = format_trace_id(ids.trace_id), format_span_id(ids.span_id)
+        _bind(trace_id=trace_id, span_id=span_id)
+        if self.audit:
+            context.items[AUDIT_HEADERS] = {names.PROCESSING_TRACEPARENT: (
+                f"00-{trace_id}-{span_id}-{ids.trace_flags:02x}")}
+        context.on_outgoing(self.outgoing)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        try:
+            await next(context)
+        except BaseException as exc:  # not counted by recoverability: the transport's, a stop
+            _failed(span, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            if span.is_recording():
+                self._verdict(span, context)
+            span.end()
+
+    def _verdict(self, span: Any, context: IncomingContext) -> None:
+        action = context.recoverability_action
+        if context.failure is not None:
+            _failed(span, context.failure)
+        if action is None:
+            return
+        span.set_attribute(names.RECOVERABILITY_ACTION, str(action))
+        if context.outcome is not Outcome.CONSUMED:
+            return
+        if action == Action.DELAYED_RETRY:
+            self._move(span, context, "delayed retry", self.queue)
+        elif action == Action.ERROR_QUEUE:
+            self._move(span, context, "move to error", self.error_queue)
+
+    def _move(self, span: Any, context: IncomingContext, operation: str, queue: str) -> None:
+        message = context.message
+        attributes = (header_attributes(message.headers)
+                      if isinstance(message, TransportMessage) else {})
+        attributes.update({names.MESSAGING_SYSTEM: names.SYSTEM, names.OPERATION_TYPE: "send",
+                           names.OPERATION_NAME: operation, names.DESTINATION: queue})
+        self.tracer.start_span(f"{operation} {queue}", context=trace.set_span_in_context(span),
+                               kind=SpanKind.PRODUCER, attributes=attributes).end()
+
+
+def _failed(span: Any, exc: BaseException) -> None:
+    kind = type(exc)
+    span.record_exception(exc)
+    span.set_attribute(names.ERROR_TYPE, f"{kind.__module__}.{kind.__qualname__}")
+    span.set_status(Status(StatusCode.ERROR, f"{kind.__name__}: {exc}"[:1000]))
