@@ -26,7 +26,9 @@ therefore count in memory (two dictionary look-ups per message) and hand the sum
 second; histograms take the first ``HISTOGRAM_SAMPLES`` messages of each second and type (their
 TimeSent is parsed at the flush, off the message path); the counters stay exact.
 ``message_type`` is a registered type's wire name, or ``unknown``: header text from outside
-never becomes a tag value, so hostile input cannot grow the set of series.
+never becomes a tag value, so hostile input cannot grow the set of series. Each flush also
+hands the interval's sums and samples to the ``sinks`` (the OpenTelemetry instruments of a
+traced endpoint, :mod:`endpoint_runtime.tracing.metrics`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from endpoint_runtime.messages import Headers, from_wire_time
 
@@ -45,6 +48,13 @@ PROCESSING_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
 CRITICAL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 30.0, 60.0, 300.0, 3600.0)
 UNKNOWN_TYPE = "unknown"
+
+Counts: TypeAlias = dict[tuple[str, str, str], int]
+"""An interval's increments per (counter, message type, kind)."""
+Timings: TypeAlias = dict[str, list[tuple[float, float, str | None]]]
+"""Per message type, an interval's first ``HISTOGRAM_SAMPLES`` (start, end, TimeSent)."""
+MetricsSink: TypeAlias = Callable[[Counts, Timings], None]
+"""Takes what :class:`RayMetrics` flushes, besides Ray."""
 
 
 class Metrics:
@@ -104,10 +114,10 @@ class RayMetrics(Metrics):
                                            tag_keys=("endpoint",))
         for metric in (*self._counters.values(), *self._histograms.values(), self._queue_length):
             metric.set_default_tags({"endpoint": endpoint})
-        self._counts: dict[tuple[str, str, str], int] = defaultdict(int)
-        """This interval's increments per (counter, message type, kind)."""
-        self._timings: dict[str, list[tuple[float, float, str | None]]] = {}
-        """Per type, this interval's first HISTOGRAM_SAMPLES (start, end, TimeSent)."""
+        self._counts: Counts = defaultdict(int)
+        self._timings: Timings = {}
+        self.sinks: list[MetricsSink] = []
+        """Also given each interval's sums and samples, at the flush."""
         self._flusher: asyncio.Task[None] | None = None
 
     def _count(self, counter: str, message_type: str, kind: str = "") -> None:
@@ -163,6 +173,8 @@ class RayMetrics(Metrics):
                 critical = critical_seconds(sent, ended)
                 if critical is not None:
                     self._histograms["critical"].observe(critical, tags=tags)
+        for sink in self.sinks:
+            sink(counts, timings)
 
     async def _flush_forever(self) -> None:
         while True:

@@ -32,7 +32,7 @@ from endpoint_runtime.delayed.store import CircuitBreakingStore, DelayedMessageS
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import RecoverabilityFailedError
 from endpoint_runtime.logging import configure_logging
-from endpoint_runtime.metrics import Metrics, RayMetrics
+from endpoint_runtime.metrics import RayMetrics
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transport.listening import Listener
@@ -166,15 +166,14 @@ class Receiver:
         # store's circuit breaker.
         self._ledger = CrashLedger.create(self.config.receiver_id, records=max_slots)
         self._metrics = RayMetrics(endpoint.name)
-        metrics: Metrics = self._metrics
         if settings.tracing:  # imported only when on
             from endpoint_runtime.tracing.receiving import start_receiver_telemetry
 
-            self._telemetry, metrics = start_receiver_telemetry(
+            self._telemetry = start_receiver_telemetry(
                 endpoint.name, str(endpoint.address), self._metrics,
                 receiver_id=self.config.receiver_id, environment=self.config.otel_environment)
         self._pipeline = endpoint.create_pipeline(
-            settings, metrics=metrics, in_flight=self._ledger,
+            settings, metrics=self._metrics, in_flight=self._ledger,
             guard_store=self._guard_store)
         self._doomed = DoomedMessages(self._pipeline.failures)
         self._doomed.sync(doomed or {})

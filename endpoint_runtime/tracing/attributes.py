@@ -19,7 +19,6 @@ delayed retries."""
 OPERATION_NAME = "messaging.operation.name"
 MESSAGE_ID = "messaging.message.id"
 CONVERSATION_ID = "messaging.message.conversation_id"
-BODY_SIZE = "messaging.message.body.size"
 CONSUMER_GROUP = "messaging.consumer.group.name"
 """The endpoint processing the message (its receivers compete on one queue)."""
 ERROR_TYPE = "error.type"
@@ -28,25 +27,25 @@ NATIVE_MESSAGE_ID = "nservicebus.native_message_id"
 RECOVERABILITY_ACTION = "nservicebus.recoverability_action"
 """What recoverability did or will do: ``immediate_retry``, ``delayed_retry``,
 ``error_queue``, ``discard``."""
-PROCESSING_ENDPOINT = "nservicebus.processing_endpoint"
 EVENT_TYPES = "nservicebus.event_types"
 
-HEADER_ATTRIBUTES: tuple[tuple[str, str], ...] = (
-    (Headers.MESSAGE_ID, "nservicebus.message_id"),
-    (Headers.CONVERSATION_ID, "nservicebus.conversation_id"),
+SENT_HEADERS: tuple[tuple[str, str], ...] = (
+    (Headers.ENCLOSED_MESSAGE_TYPES, "nservicebus.enclosed_message_types"),
+    (Headers.DELIVER_AT, "nservicebus.deliver_at"),
+    (Headers.TIME_TO_BE_RECEIVED, "nservicebus.time_to_be_received"),
+)
+"""Headers copied onto the span of an outgoing message, under NServiceBus's attribute names
+(its id and conversation are ``messaging.message.id`` and ``.conversation_id``)."""
+PROCESSED_HEADERS: tuple[tuple[str, str], ...] = (
+    *SENT_HEADERS,
     (Headers.CORRELATION_ID, "nservicebus.correlation_id"),
     (Headers.RELATED_TO, "nservicebus.related_to"),
     (Headers.MESSAGE_INTENT, "nservicebus.message_intent"),
-    (Headers.ENCLOSED_MESSAGE_TYPES, "nservicebus.enclosed_message_types"),
     (Headers.ORIGINATING_ENDPOINT, "nservicebus.originating_endpoint"),
-    (Headers.ORIGINATING_MACHINE, "nservicebus.originating_machine"),
-    (Headers.REPLY_TO_ADDRESS, "nservicebus.reply_to_address"),
-    (Headers.TIME_TO_BE_RECEIVED, "nservicebus.time_to_be_received"),
-    (Headers.DELIVER_AT, "nservicebus.deliver_at"),
     (RetryHeaders.RETRIES, "nservicebus.delayed_retries"),
-    (RetryHeaders.TIMESTAMP, "nservicebus.delayed_retries_timestamp"),
 )
-"""Headers copied onto spans, under NServiceBus's attribute names."""
+"""Headers copied onto the span of an attempt. Each attribute costs about 2 us per span in
+the SDK: the set is kept to what tells a message's story."""
 
 START_NEW_TRACE = "NServiceBus.OpenTelemetry.StartNewTrace"
 """NServiceBus's header: ``True`` makes the receiving side start a new trace, linked to the

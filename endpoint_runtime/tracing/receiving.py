@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from endpoint_runtime.metrics import Metrics
+from endpoint_runtime.metrics import RayMetrics
 from endpoint_runtime.tracing.metrics import OpenTelemetryMetrics
 from endpoint_runtime.tracing.setup import Telemetry, start_telemetry
 
 
 def start_receiver_telemetry(
-    endpoint: str, queue: str, ray_metrics: Metrics, *, receiver_id: str,
+    endpoint: str, queue: str, ray_metrics: RayMetrics, *, receiver_id: str,
     environment: Mapping[str, str],
-) -> tuple[Telemetry, Metrics]:
+) -> Telemetry:
     """The SDK of this receiver process (service name = the endpoint's name, instance = the
-    receiver), and the metrics its chain records: OpenTelemetry's beside ``ray_metrics``."""
+    receiver); ``ray_metrics`` hands its flushes to OpenTelemetry instruments too."""
     telemetry = start_telemetry(endpoint, environment=environment, instance_id=receiver_id)
-    metrics = OpenTelemetryMetrics(telemetry.meter(), endpoint=endpoint, queue=queue,
-                                   inner=ray_metrics)
-    return telemetry, metrics
+    ray_metrics.sinks.append(OpenTelemetryMetrics(telemetry.meter(), endpoint=endpoint,
+                                                  queue=queue))
+    return telemetry

@@ -29,8 +29,11 @@ def tracer() -> trace.Tracer:
     return trace.get_tracer(names.INSTRUMENTATION)
 
 
-def header_attributes(headers: Mapping[str, str]) -> dict[str, Any]:
-    """Messaging attributes of a message with these headers."""
+def header_attributes(
+    headers: Mapping[str, str], copied: tuple[tuple[str, str], ...] = names.SENT_HEADERS,
+) -> dict[str, Any]:
+    """Messaging attributes of a message with these headers (``copied``: the headers kept
+    under NServiceBus's names)."""
     found: dict[str, Any] = {names.MESSAGING_SYSTEM: names.SYSTEM}
     message_id = headers.get(Headers.MESSAGE_ID)
     if message_id is not None:
@@ -38,7 +41,7 @@ def header_attributes(headers: Mapping[str, str]) -> dict[str, Any]:
     conversation = headers.get(Headers.CONVERSATION_ID)
     if conversation is not None:
         found[names.CONVERSATION_ID] = conversation
-    for header, attribute in names.HEADER_ATTRIBUTES:
+    for header, attribute in copied:
         value = headers.get(header)
         if value is not None:
             found[attribute] = value
@@ -80,15 +83,14 @@ class OutgoingSpans:
 
     def __call__(self, headers: MutableMapping[str, str], destination: str | None = None) -> None:
         operation = _OPERATIONS.get(headers.get(Headers.MESSAGE_INTENT, ""), "send")
-        attributes = header_attributes(headers)
-        attributes[names.OPERATION_TYPE] = "send"
-        attributes[names.OPERATION_NAME] = operation
         if destination is None:  # a publish goes to every subscriber: named by its event type
-            types = headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "")
-            destination = types.split(";", 1)[0]
-            attributes[names.EVENT_TYPES] = types
-        attributes[names.DESTINATION] = destination
-        span = self._tracer.start_span(f"{operation} {destination}", kind=SpanKind.PRODUCER,
-                                       attributes=attributes)
+            destination = headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "").split(";", 1)[0]
+        span = self._tracer.start_span(f"{operation} {destination}", kind=SpanKind.PRODUCER)
+        if span.is_recording():  # attributes only for a sampled span: they cost the most
+            attributes = header_attributes(headers)
+            attributes[names.OPERATION_TYPE] = "send"
+            attributes[names.OPERATION_NAME] = operation
+            attributes[names.DESTINATION] = destination
+            span.set_attributes(attributes)
         propagate.inject(headers, context=trace.set_span_in_context(span))
         span.end()

@@ -63,19 +63,13 @@ class TracingStep:
     async def __call__(self, context: IncomingContext, next: Next) -> None:
         message = context.message
         if isinstance(message, TransportMessage):
-            headers = message.headers
-            parent, links = incoming_parent(headers)
-            attributes = header_attributes(headers)
+            parent, links = incoming_parent(message.headers)
         else:  # a poison row: its headers did not parse
-            parent, links, attributes = otel_context.get_current(), None, {
-                names.MESSAGING_SYSTEM: names.SYSTEM}
-        attributes[names.OPERATION_TYPE] = attributes[names.OPERATION_NAME] = "process"
-        attributes[names.DESTINATION] = self.queue
-        attributes[names.CONSUMER_GROUP] = attributes[names.PROCESSING_ENDPOINT] = self.endpoint
-        attributes[names.NATIVE_MESSAGE_ID] = str(message.native_id)
-        attributes[names.BODY_SIZE] = len(message.body or b"")
+            parent, links = otel_context.get_current(), None
         span = self.tracer.start_span(self._name, context=parent, kind=SpanKind.CONSUMER,
-                                      attributes=attributes, links=links)
+                                      links=links)
+        if span.is_recording():  # attributes only for a sampled span: they cost the most
+            span.set_attributes(self._attributes(context))
         ids = span.get_span_context()
         trace_id, span_id = format_trace_id(ids.trace_id), format_span_id(ids.span_id)
         _bind(trace_id=trace_id, span_id=span_id)
@@ -94,6 +88,17 @@ class TracingStep:
             if span.is_recording():
                 self._verdict(span, context)
             span.end()
+
+    def _attributes(self, context: IncomingContext) -> dict[str, Any]:
+        message = context.message
+        attributes = (header_attributes(message.headers, names.PROCESSED_HEADERS)
+                      if isinstance(message, TransportMessage)
+                      else {names.MESSAGING_SYSTEM: names.SYSTEM})
+        attributes[names.OPERATION_TYPE] = attributes[names.OPERATION_NAME] = "process"
+        attributes[names.DESTINATION] = self.queue
+        attributes[names.CONSUMER_GROUP] = self.endpoint
+        attributes[names.NATIVE_MESSAGE_ID] = str(message.native_id)
+        return attributes
 
     def _verdict(self, span: Any, context: IncomingContext) -> None:
         action = context.recoverability_action
