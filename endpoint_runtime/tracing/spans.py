@@ -5,7 +5,9 @@ message a handler or a :class:`~endpoint_runtime.sender.Sender` sends, publishes
 it makes a short producer span, a child of the current context (the attempt's span in a
 handler, the caller's span outside), and writes that span's context into the headers with the
 configured propagators (W3C ``traceparent``/``tracestate`` by default, the header NServiceBus
-reads and writes). The receiving endpoint's ``tracing`` step continues from there.
+reads and writes). The receiving endpoint's ``tracing`` step continues from there. Under a
+current span that was sampled out, no span is made (a parent-based sampler would drop it):
+the message carries the current context, unsampled.
 """
 
 from __future__ import annotations
@@ -82,6 +84,12 @@ class OutgoingSpans:
         return cls(tracer(), name)
 
     def __call__(self, headers: MutableMapping[str, str], destination: str | None = None) -> None:
+        current = trace.get_current_span()
+        if not current.is_recording() and current.get_span_context().is_valid:
+            # Sampled out: under the (default) parent-based samplers no child of it would be
+            # sampled either, so no span is made; the message carries the current context.
+            propagate.inject(headers)
+            return
         operation = _OPERATIONS.get(headers.get(Headers.MESSAGE_INTENT, ""), "send")
         if destination is None:  # a publish goes to every subscriber: named by its event type
             destination = headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "").split(";", 1)[0]

@@ -1,0 +1,166 @@
+"""The tracing step and the outgoing spans without a database or Ray: spans made by a real
+SDK into an in-memory exporter of the test's own (the step takes the tracer it is given)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import msgspec
+import pytest
+import structlog
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode, format_span_id, format_trace_id
+
+from endpoint_runtime import Endpoint, HandlerContext
+from endpoint_runtime.messages import TransportMessage, encode_headers
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.pipeline import BUILT_IN, Outcome, Pipeline, Unit
+from endpoint_runtime.tracing.spans import OutgoingSpans
+from endpoint_runtime.tracing.step import TracingStep
+from tests.unit.test_pipeline import Recording
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT_ID = "00f067aa0ba902b7"
+
+
+class Order(msgspec.Struct):
+    order_id: str
+
+
+@pytest.fixture
+def exported() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    yield provider, exporter
+    provider.shutdown()
+
+
+def traced_pipeline(provider: TracerProvider, handler: Any) -> Pipeline:
+    endpoint = Endpoint("sales", tracing=True, immediate_retries=1, audit_queue="audit")
+    endpoint.register(handler, Order)
+    pipeline = endpoint.create_pipeline()
+    step: TracingStep = pipeline.step("tracing")
+    step.tracer = provider.get_tracer("test")
+    step.outgoing = OutgoingSpans(step.tracer, "sales")
+    return pipeline
+
+
+def received(extra: dict[str, str] | None = None) -> TransportMessage:
+    outgoing = create_outgoing(Order(order_id="1"), originating_endpoint="web",
+                               headers=extra)
+    return TransportMessage(native_id=uuid.uuid4(), seq=1, headers=dict(outgoing.headers),
+                            raw_headers=encode_headers(dict(outgoing.headers)),
+                            body=outgoing.body)
+
+
+def by_kind(spans: tuple[ReadableSpan, ...], kind: SpanKind) -> list[ReadableSpan]:
+    return [span for span in spans if span.kind is kind]
+
+
+def test_tracing_off_leaves_the_step_out_and_opentelemetry_unimported() -> None:
+    assert "tracing" not in Endpoint("sales").create_pipeline().steps
+    script = ("import sys; from endpoint_runtime import Endpoint; "
+              "Endpoint('sales').create_pipeline(); "
+              "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_tracing_on_puts_the_step_right_after_the_log_context() -> None:
+    steps = list(Endpoint("sales", tracing=True).create_pipeline().steps)
+    assert steps[:3] == ["log_context", "tracing", "recoverability"]
+    assert BUILT_IN.index("tracing") == 1
+
+
+async def test_an_attempt_continues_the_incoming_trace_and_its_sends_continue_it(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    seen: dict[str, Any] = {}
+
+    async def place(message: Order, context: HandlerContext) -> None:
+        seen.update(structlog.contextvars.get_contextvars())
+        await context.send(Order(order_id=message.order_id), "billing")
+
+    dispatcher = Recording()
+    message = received({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
+    outcome = await traced_pipeline(provider, place).run(message, Unit(None, dispatcher, None))
+
+    assert outcome is Outcome.HANDLED
+    spans = exporter.get_finished_spans()
+    [process] = by_kind(spans, SpanKind.CONSUMER)
+    [send] = by_kind(spans, SpanKind.PRODUCER)
+    assert format_trace_id(process.context.trace_id) == TRACE_ID
+    assert process.parent is not None
+    assert format_span_id(process.parent.span_id) == PARENT_ID
+    assert process.name == "process public.sales"
+    assert process.attributes is not None
+    assert process.attributes["messaging.message.id"] == message.message_id
+    assert process.attributes["messaging.operation.type"] == "process"
+    assert process.attributes["nservicebus.originating_endpoint"] == "web"
+    assert send.parent is not None
+    assert send.parent.span_id == process.context.span_id
+    assert send.name == "send public.billing"
+    assert send.attributes is not None
+    assert send.attributes["messaging.destination.name"] == "public.billing"
+    # The log context of the handler names the attempt's span.
+    assert seen["trace_id"] == TRACE_ID
+    assert seen["span_id"] == format_span_id(process.context.span_id)
+    # The message sent carries the send span's context; the audit copy the attempt's.
+    [(_, billing), (_, audit)] = dispatcher.sent
+    assert billing.headers["traceparent"] == (
+        f"00-{TRACE_ID}-{format_span_id(send.context.span_id)}-01")
+    assert audit.headers["EndpointRuntime.ProcessingTraceParent"] == (
+        f"00-{TRACE_ID}-{format_span_id(process.context.span_id)}-01")
+    assert audit.headers["traceparent"] == f"00-{TRACE_ID}-{PARENT_ID}-01"
+
+
+async def test_a_failed_attempt_records_its_exception_and_the_next_step(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+
+    async def refuse(message: Order, context: HandlerContext) -> None:
+        raise ValueError("no such customer")
+
+    outcome = await traced_pipeline(provider, refuse).run(received(),
+                                                          Unit(None, Recording(), None))
+
+    assert outcome is Outcome.FAILED
+    [span] = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.attributes is not None
+    assert span.attributes["nservicebus.recoverability_action"] == "immediate_retry"
+    assert span.attributes["error.type"] == "builtins.ValueError"
+    [event] = span.events
+    assert event.name == "exception"
+    assert event.attributes is not None
+    assert event.attributes["exception.message"] == "no such customer"
+
+
+async def test_start_new_trace_makes_a_root_linked_to_the_sender(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+
+    async def place(message: Order, context: HandlerContext) -> None:
+        return None
+
+    message = received({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+                        "NServiceBus.OpenTelemetry.StartNewTrace": "True"})
+    await traced_pipeline(provider, place).run(message, Unit(None, Recording(), None))
+
+    [span] = exporter.get_finished_spans()
+    assert span.parent is None
+    assert format_trace_id(span.context.trace_id) != TRACE_ID
+    [link] = span.links
+    assert format_trace_id(link.context.trace_id) == TRACE_ID
+    assert format_span_id(link.context.span_id) == PARENT_ID
