@@ -91,6 +91,10 @@ class EndpointDeployment:
         else:
             path = endpoint.import_path
         settings = await deployment_settings(endpoint, settings, **overrides)
+        if settings.tracing:
+            from endpoint_runtime.tracing import check_installed
+
+            check_installed()  # here, not in each receiver as it starts
         ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
         await asyncio.to_thread(check_placement, settings, peeker_resources)
         async with (PostgresTransport.connect(settings.transport) as transport,

@@ -19,3 +19,22 @@ Switched on per endpoint with ``tracing=True`` (``EndpointSettings.tracing``,
 
 See docs/observability.md.
 """
+
+from __future__ import annotations
+
+import importlib.util
+
+from endpoint_runtime.errors import ConfigurationError
+
+
+def check_installed() -> None:
+    """Fail at once, where a traced endpoint is deployed, when the SDK its receivers set up is
+    missing (``opentelemetry-api`` alone records nothing)."""
+    for module in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"):
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise ConfigurationError(
+                f"tracing=True needs {module}: pip install 'endpoint-runtime[otel]'")

@@ -3,6 +3,7 @@ SDK into an in-memory exporter of the test's own (the step takes the tracer it i
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 import uuid
@@ -18,6 +19,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode, format_span_id, format_trace_id
 
 from endpoint_runtime import Endpoint, HandlerContext
+from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.messages import TransportMessage, encode_headers
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.pipeline import BUILT_IN, Outcome, Pipeline, Unit
@@ -164,3 +166,21 @@ async def test_start_new_trace_makes_a_root_linked_to_the_sender(
     [link] = span.links
     assert format_trace_id(link.context.trace_id) == TRACE_ID
     assert format_span_id(link.context.span_id) == PARENT_ID
+
+
+def test_the_environment_switches_tracing_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ENDPOINT_RUNTIME_TRACING", "true")
+    assert Endpoint("sales").settings.tracing
+    assert "tracing" in Endpoint("sales").create_pipeline().steps
+
+
+def test_a_missing_sdk_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    from endpoint_runtime import tracing
+
+    check_installed = tracing.check_installed
+    check_installed()  # installed here ([dev] brings [otel])
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "opentelemetry.sdk" else real(name, *a))
+    with pytest.raises(ConfigurationError, match=r"endpoint-runtime\[otel\]"):
+        check_installed()
