@@ -74,8 +74,7 @@ def build_pipeline(
         from endpoint_runtime.tracing.step import TracingStep
 
         built_in.append(TracingStep(endpoint=endpoint, local_address=address,
-                                    error_address=error_address,
-                                    audit=audit_address is not None))
+                                    error_address=error_address))
     built_in.append(
         RecoverabilityStep(
             endpoint=endpoint, local_address=address, error_address=error_address,

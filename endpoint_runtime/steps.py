@@ -32,9 +32,6 @@ from endpoint_runtime.serialization import message_type_name
 from endpoint_runtime.subscriptions import SubscriptionStore
 from endpoint_runtime.transport.addresses import QueueAddress
 
-AUDIT_HEADERS = "audit_headers"
-"""Key of ``IncomingContext.items``: a dict of headers a step adds to the audit copy."""
-
 
 class TypeTags:
     """The metrics tag of a message type: a registered type's wire name, else "unknown"
@@ -160,9 +157,6 @@ def audit_copy(context: IncomingContext, endpoint: str) -> OutgoingMessage:
     headers = dict(message.headers)
     headers[Headers.PROCESSING_ENDPOINT] = endpoint
     headers[Headers.PROCESSING_MACHINE] = MACHINE
-    extra = context.items.get(AUDIT_HEADERS)
-    if extra:
-        headers.update(extra)
     for name, moment in ((Headers.PROCESSING_STARTED, context.started),
                          (Headers.PROCESSING_ENDED, context.ended)):
         if moment is not None:

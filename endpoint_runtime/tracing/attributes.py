@@ -51,5 +51,8 @@ START_NEW_TRACE = "NServiceBus.OpenTelemetry.StartNewTrace"
 """NServiceBus's header: ``True`` makes the receiving side start a new trace, linked to the
 span that sent the message, instead of continuing it."""
 PROCESSING_TRACEPARENT = "EndpointRuntime.ProcessingTraceParent"
-"""On an audit copy: the W3C ``traceparent`` of the span that processed the message (its
-trace id and span id), kept in ``audit_log.headers``."""
+"""The W3C ``traceparent`` of the span of the attempt at a message, written into its headers
+by the ``tracing`` step: on its audit copy (kept in ``audit_log.headers``), on its error-queue
+copy and on a delayed retry's copy (the attempt the next one links to)."""
+LINK_KIND = "endpoint_runtime.link"
+"""On a link: ``previous_attempt`` or ``sender`` (``StartNewTrace``)."""

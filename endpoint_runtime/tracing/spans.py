@@ -18,6 +18,7 @@ from typing import Any
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from endpoint_runtime.messages import Headers, MessageIntent
 from endpoint_runtime.tracing import attributes as names
@@ -52,13 +53,30 @@ def header_attributes(
 
 def incoming_parent(headers: Mapping[str, str]) -> tuple[Context, list[Link] | None]:
     """The context an attempt's span continues (from the message's trace headers), and its
-    links. With NServiceBus's ``StartNewTrace`` header set to ``True`` the span starts a new
-    trace linked to the sender's span instead."""
+    links: to the attempt before, when the message names one
+    (``EndpointRuntime.ProcessingTraceParent``: a delayed retry, a retry from the error
+    queue). With NServiceBus's ``StartNewTrace`` header set to ``True`` the span starts a new
+    trace linked to the sender's span instead of continuing it."""
     extracted = propagate.extract(headers)
+    links = None
+    previous = headers.get(names.PROCESSING_TRACEPARENT)
+    if previous is not None:
+        attempt = _span_context(previous)
+        if attempt.is_valid:
+            links = [Link(attempt, {names.LINK_KIND: "previous_attempt"})]
     if headers.get(names.START_NEW_TRACE, "").lower() != "true":
-        return extracted, None
+        return extracted, links
     sender = trace.get_current_span(extracted).get_span_context()
-    return Context(), ([Link(sender)] if sender.is_valid else None)
+    if sender.is_valid:
+        links = [*(links or ()), Link(sender, {names.LINK_KIND: "sender"})]
+    return Context(), links
+
+
+_W3C = TraceContextTextMapPropagator()
+
+
+def _span_context(traceparent: str) -> trace.SpanContext:
+    return trace.get_current_span(_W3C.extract({"traceparent": traceparent})).get_span_context()
 
 
 class OutgoingSpans:

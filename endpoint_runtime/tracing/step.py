@@ -13,8 +13,12 @@ failure, or the move made instead of handling). A delayed retry and a move to th
 also get a short producer span of their own (``delayed retry <queue>``, ``move to error
 <queue>``), children of the attempt's span.
 
-The trace and span ids are bound in the log context (``trace_id``, ``span_id``) and, with an
-audit queue, written on the audit copy (``EndpointRuntime.ProcessingTraceParent``).
+The trace and span ids are bound in the log context (``trace_id``, ``span_id``) and written
+into the received message's headers as ``EndpointRuntime.ProcessingTraceParent``: every copy
+made of the message carries it, the audit copy (the span that processed it), the error-queue
+copy and a delayed retry's copy (the last attempt). A message that arrives with that header (a
+delayed retry, a message retried from the error queue, a replay of the same delivery) gets a
+span **linked** to that attempt.
 """
 
 from __future__ import annotations
@@ -30,7 +34,6 @@ from opentelemetry.trace.span import format_span_id, format_trace_id
 from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.pipeline import IncomingContext, Next, Outcome
 from endpoint_runtime.recoverability import Action
-from endpoint_runtime.steps import AUDIT_HEADERS
 from endpoint_runtime.tracing import attributes as names
 from endpoint_runtime.tracing.spans import (
     OutgoingSpans,
@@ -50,20 +53,20 @@ class TracingStep:
 
     def __init__(
         self, *, endpoint: str, local_address: QueueAddress, error_address: QueueAddress,
-        audit: bool, tracer_: trace.Tracer | None = None,
+        tracer_: trace.Tracer | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.queue = str(local_address)
         self.error_queue = str(error_address)
-        self.audit = audit
         self.tracer = tracer_ or tracer()
         self.outgoing = OutgoingSpans(self.tracer, endpoint)
         self._name = f"process {self.queue}"
 
     async def __call__(self, context: IncomingContext, next: Next) -> None:
         message = context.message
-        if isinstance(message, TransportMessage):
-            parent, links = incoming_parent(message.headers)
+        headers = message.headers if isinstance(message, TransportMessage) else None
+        if headers is not None:
+            parent, links = incoming_parent(headers)
         else:  # a poison row: its headers did not parse
             parent, links = otel_context.get_current(), None
         span = self.tracer.start_span(self._name, context=parent, kind=SpanKind.CONSUMER,
@@ -73,9 +76,9 @@ class TracingStep:
         ids = span.get_span_context()
         trace_id, span_id = format_trace_id(ids.trace_id), format_span_id(ids.span_id)
         _bind(trace_id=trace_id, span_id=span_id)
-        if self.audit:
-            context.items[AUDIT_HEADERS] = {names.PROCESSING_TRACEPARENT: (
-                f"00-{trace_id}-{span_id}-{ids.trace_flags:02x}")}
+        if headers is not None:  # carried by the audit, error-queue and delayed-retry copies
+            headers[names.PROCESSING_TRACEPARENT] = (
+                f"00-{trace_id}-{span_id}-{ids.trace_flags:02x}")
         context.on_outgoing(self.outgoing)
         token = otel_context.attach(trace.set_span_in_context(span, parent))
         try:

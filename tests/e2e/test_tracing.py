@@ -138,8 +138,18 @@ async def test_one_trace_per_order_through_sales_billing_and_shipping(
         assert sum(s.error for s in shipping) == 4
         moves = {s.name: s for p in shipping for s in children(ours, p)}
         assert set(moves) == {"delayed retry public.trace_shipping", "move to error public.error"}
+        [storing] = [p for p in shipping if moves["delayed retry public.trace_shipping"]
+                     in children(ours, p)]
+        [moving] = [p for p in shipping if moves["move to error public.error"]
+                    in children(ours, p)]
         retried = [s for s in shipping if s.attributes.get("nservicebus.delayed_retries") == "1"]
         assert len(retried) == 3  # the attempts after the delayed retry carry its header
+        for span in shipping:  # ... and link to the delivery that stored it
+            expected = [(storing.trace_id, storing.span_id)] if span in retried else []
+            assert span.links == expected, span
+        [error_copy] = await drain_queue(transport, "error")
+        assert isinstance(error_copy, TransportMessage)
+        assert error_copy.headers[PROCESSING_TRACEPARENT].split("-")[2] == moving.span_id
 
     audited = [m for m in await drain_queue(transport, "audit")
                if isinstance(m, TransportMessage)]

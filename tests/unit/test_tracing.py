@@ -166,6 +166,31 @@ async def test_start_new_trace_makes_a_root_linked_to_the_sender(
     [link] = span.links
     assert format_trace_id(link.context.trace_id) == TRACE_ID
     assert format_span_id(link.context.span_id) == PARENT_ID
+    assert link.attributes == {"endpoint_runtime.link": "sender"}
+
+
+async def test_a_message_naming_an_earlier_attempt_links_to_it(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+
+    async def place(message: Order, context: HandlerContext) -> None:
+        return None
+
+    earlier = "1" * 16
+    message = received({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+                        "EndpointRuntime.ProcessingTraceParent": f"00-{TRACE_ID}-{earlier}-01"})
+    await traced_pipeline(provider, place).run(message, Unit(None, Recording(), None))
+
+    [span] = exporter.get_finished_spans()
+    assert span.parent is not None
+    assert format_span_id(span.parent.span_id) == PARENT_ID
+    [link] = span.links
+    assert format_span_id(link.context.span_id) == earlier
+    assert link.attributes == {"endpoint_runtime.link": "previous_attempt"}
+    # ... and the message now names this attempt, for the copies made of it.
+    assert message.headers["EndpointRuntime.ProcessingTraceParent"] == (
+        f"00-{TRACE_ID}-{format_span_id(span.context.span_id)}-01")
 
 
 def test_the_environment_switches_tracing_on(monkeypatch: pytest.MonkeyPatch) -> None:
