@@ -62,6 +62,23 @@ def received(extra: dict[str, str] | None = None) -> TransportMessage:
                             body=outgoing.body)
 
 
+async def one_accepted_span(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+    message: TransportMessage | dict[str, str],
+) -> ReadableSpan:
+    """The one span of a message (or of one with these extra headers) a handler accepts."""
+    provider, exporter = exported
+
+    async def accept(message: Order, context: HandlerContext) -> None:
+        return None
+
+    if isinstance(message, dict):
+        message = received(message)
+    await traced_pipeline(provider, accept).run(message, Unit(None, Recording(), None))
+    [span] = exporter.get_finished_spans()
+    return span
+
+
 def by_kind(spans: tuple[ReadableSpan, ...], kind: SpanKind) -> list[ReadableSpan]:
     return [span for span in spans if span.kind is kind]
 
@@ -151,16 +168,9 @@ async def test_a_failed_attempt_records_its_exception_and_the_next_step(
 async def test_start_new_trace_makes_a_root_linked_to_the_sender(
     exported: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
-    provider, exporter = exported
-
-    async def place(message: Order, context: HandlerContext) -> None:
-        return None
-
-    message = received({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
-                        "NServiceBus.OpenTelemetry.StartNewTrace": "True"})
-    await traced_pipeline(provider, place).run(message, Unit(None, Recording(), None))
-
-    [span] = exporter.get_finished_spans()
+    span = await one_accepted_span(exported, {
+        "traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
+        "NServiceBus.OpenTelemetry.StartNewTrace": "True"})
     assert span.parent is None
     assert format_trace_id(span.context.trace_id) != TRACE_ID
     [link] = span.links
@@ -172,17 +182,10 @@ async def test_start_new_trace_makes_a_root_linked_to_the_sender(
 async def test_a_message_naming_an_earlier_attempt_links_to_it(
     exported: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
-    provider, exporter = exported
-
-    async def place(message: Order, context: HandlerContext) -> None:
-        return None
-
     earlier = "1" * 16
     message = received({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01",
                         "EndpointRuntime.ProcessingTraceParent": f"00-{TRACE_ID}-{earlier}-01"})
-    await traced_pipeline(provider, place).run(message, Unit(None, Recording(), None))
-
-    [span] = exporter.get_finished_spans()
+    span = await one_accepted_span(exported, message)
     assert span.parent is not None
     assert format_span_id(span.parent.span_id) == PARENT_ID
     [link] = span.links
