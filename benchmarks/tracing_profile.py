@@ -1,0 +1,136 @@
+"""Where tracing's time goes, per message, in the chain alone (no database, no Ray).
+
+The same 20,000 received messages go through an endpoint's chain in this process (the
+handler of ``benchmarks.endpoints``: one send), with tracing off and on, spans made by the SDK
+with a batch span processor whose exporter drops them; the CPU time per message of each, and
+the OTLP/protobuf encoding time per span that an exporter adds in the receiver (measured on
+the spans of the ``on`` pass). The baseline is tracing off in the same run; ratios are
+off/on. Run ``python -m benchmarks.tracing_profile``; ``--profile MODE`` prints cProfile's
+top functions for one mode instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import json
+import pstats
+import time
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
+
+from benchmarks.common import median
+from benchmarks.endpoints import Work, echo
+from endpoint_runtime.endpoint import Endpoint
+from endpoint_runtime.messages import TransportMessage
+from endpoint_runtime.outgoing import create_outgoing
+from endpoint_runtime.pipeline import Pipeline, Unit
+from endpoint_runtime.testing import RecordingDispatcher
+from endpoint_runtime.tracing.spans import OutgoingSpans
+
+MODES: dict[str, Sampler | None] = {
+    "off": None, "always_on": ALWAYS_ON, "ratio_0.1": ParentBased(TraceIdRatioBased(0.1))}
+
+
+class Keep(SpanExporter):
+    """Drops the spans, keeping the last batch (to time their encoding)."""
+
+    def __init__(self) -> None:
+        self.last: Sequence[ReadableSpan] = ()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        self.last = spans
+        return SpanExportResult.SUCCESS
+
+
+def chain(mode: str, exporter: Keep) -> tuple[Pipeline, TracerProvider | None]:
+    sampler = MODES[mode]
+    endpoint = Endpoint("bench_atomic", tracing=sampler is not None)
+    endpoint.register(echo)
+    pipeline = endpoint.create_pipeline()
+    if sampler is None:
+        return pipeline, None
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=2048))
+    step = pipeline.step("tracing")
+    step.tracer = provider.get_tracer("benchmark")
+    step.outgoing = OutgoingSpans(step.tracer, "bench_atomic")
+    return pipeline, provider
+
+
+def received(count: int) -> list[TransportMessage]:
+    messages = []
+    for n in range(count):
+        outgoing = create_outgoing(Work(n, time.time()), originating_endpoint="bench")
+        messages.append(TransportMessage(native_id=uuid.uuid4(), seq=n,
+                                         headers=dict(outgoing.headers), raw_headers="",
+                                         body=outgoing.body))
+    return messages
+
+
+async def cpu_per_message(pipeline: Pipeline, messages: list[TransportMessage]) -> float:
+    dispatcher = RecordingDispatcher()
+    started = time.process_time()
+    for message in messages:
+        unit = Unit(None, dispatcher, None)  # type: ignore[arg-type]  # no moves here
+        await pipeline.run(message, unit)
+        unit.committed()
+        dispatcher.dispatched.clear()
+    return (time.process_time() - started) / len(messages) * 1e6
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    per_mode: dict[str, list[float]] = {mode: [] for mode in MODES}
+    encode: list[float] = []
+    for _ in range(args.rounds):
+        for mode in MODES:  # the modes alternate within each round
+            exporter = Keep()
+            pipeline, provider = chain(mode, exporter)
+            per_mode[mode].append(asyncio.run(cpu_per_message(pipeline,
+                                                              received(args.messages))))
+            if provider is not None:
+                provider.force_flush()
+                provider.shutdown()
+            if mode == "always_on" and exporter.last:
+                started = time.process_time()
+                encode_spans(exporter.last).SerializePartialToString()
+                encode.append((time.process_time() - started) / len(exporter.last) * 1e6)
+    off = median(per_mode["off"])
+    return {
+        "benchmark": "tracing_profile", "messages": args.messages, "rounds": args.rounds,
+        "chain_cpu_us_per_message": {m: round(median(v), 1) for m, v in per_mode.items()},
+        "added_us_per_message": {m: round(median(v) - off, 1)
+                                 for m, v in per_mode.items() if m != "off"},
+        "ratio_off_to_on": {m: round(off / median(v), 3)
+                            for m, v in per_mode.items() if m != "off"},
+        "otlp_encode_us_per_span": round(median(encode), 1) if encode else None,
+        "spans_per_message_always_on": 2,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tracing_profile",
+                                     description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--profile", choices=tuple(MODES), help="cProfile one mode")
+    args = parser.parse_args(argv)
+    if args.profile:
+        pipeline, _ = chain(args.profile, Keep())
+        messages = received(args.messages)
+        profiler = cProfile.Profile()
+        profiler.runcall(asyncio.run, cpu_per_message(pipeline, messages))
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(20)
+        return
+    print(json.dumps(measure(args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
