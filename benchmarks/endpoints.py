@@ -82,11 +82,3 @@ delayed_target.register(record_lateness)
 
 # The ingestion benchmark's ingestion endpoint: audit queue bench_audit into audit_log.
 ingestion = IngestionEndpoint("bench_audit", error_queue="bench_error")
-
-# The same workloads with OpenTelemetry tracing on (benchmarks.tracing; the sampler and the
-# exporter come from the OTEL_* variables of the process that deploys them).
-traced = Endpoint("bench_traced", tracing=True)
-traced.register(echo)
-
-traced_batched = Endpoint("bench_traced_batched", batch_size=50, tracing=True)
-traced_batched.register(echo)

@@ -34,11 +34,12 @@ from endpoint_runtime.transport import QueueAddress, queues
 from tests.cluster.nodes import free_port
 
 QUICK = {"messages": 2_000, "concurrency": 4, "runs": 5}
-SIDES = {  # side: (endpoint, queue, OTEL_TRACES_SAMPLER or None when off)
-    "off": ("atomic", "bench_atomic", None),
-    "on": ("traced", "bench_traced", "always_on"),
-    "batched_off": ("batched", "bench_batched", None),
-    "batched_on": ("traced_batched", "bench_traced_batched", "parentbased_traceidratio"),
+SIDES = {  # side: (endpoint path, queue, OTEL_TRACES_SAMPLER or None when off)
+    "off": ("benchmarks.endpoints:atomic", "bench_atomic", None),
+    "on": ("benchmarks.traced_endpoints:traced", "bench_traced", "always_on"),
+    "batched_off": ("benchmarks.endpoints:batched", "bench_batched", None),
+    "batched_on": ("benchmarks.traced_endpoints:traced_batched", "bench_traced_batched",
+                   "parentbased_traceidratio"),
 }
 
 
@@ -46,12 +47,12 @@ async def deploy_side(side: str, dsn: str, args: argparse.Namespace,
                       sink: str) -> EndpointDeployment:
     """Deploy a side; a traced one takes the OTEL_* variables set here (the deployment hands
     the deploying process's variables to its receivers)."""
-    name, _, sampler = SIDES[side]
+    path, _, sampler = SIDES[side]
     if sampler is not None:
         os.environ.update({"OTEL_EXPORTER_OTLP_ENDPOINT": sink, "OTEL_TRACES_SAMPLER": sampler,
                            "OTEL_TRACES_SAMPLER_ARG": str(args.ratio)})
     overrides: dict[str, Any] = {"batch_size": args.batch_size} if "batched" in side else {}
-    return await deploy(f"benchmarks.endpoints:{name}", dsn, args.concurrency, **overrides)
+    return await deploy(path, dsn, args.concurrency, **overrides)
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:

@@ -6,7 +6,9 @@ with a batch span processor whose exporter drops them; the CPU time per message 
 the OTLP/protobuf encoding time per span that an exporter adds in the receiver (measured on
 the spans of the ``on`` pass). The baseline is tracing off in the same run; ratios are
 off/on. Run ``python -m benchmarks.tracing_profile``; ``--profile MODE`` prints cProfile's
-top functions for one mode instead.
+top functions for one mode instead. ``--modes off`` imports nothing of tracing: with
+``PYTHONPATH`` naming another checkout's package, it measures the chain of code from before
+tracing existed (what "off costs nothing" is checked against).
 """
 
 from __future__ import annotations
@@ -19,13 +21,10 @@ import pstats
 import time
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler, TraceIdRatioBased
-
+import endpoint_runtime
 from benchmarks.common import median
 from benchmarks.endpoints import Work, echo
 from endpoint_runtime.endpoint import Endpoint
@@ -33,30 +32,44 @@ from endpoint_runtime.messages import TransportMessage
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.pipeline import Pipeline, Unit
 from endpoint_runtime.testing import RecordingDispatcher
-from endpoint_runtime.tracing.spans import OutgoingSpans
 
-MODES: dict[str, Sampler | None] = {
-    "off": None, "always_on": ALWAYS_ON, "ratio_0.1": ParentBased(TraceIdRatioBased(0.1))}
+MODES = ("off", "always_on", "ratio_0.1")
 
 
-class Keep(SpanExporter):
-    """Drops the spans, keeping the last batch (to time their encoding)."""
+class Keep:
+    """An exporter that drops the spans, keeping the last batch (to time their encoding)."""
 
     def __init__(self) -> None:
-        self.last: Sequence[ReadableSpan] = ()
+        self.last: Sequence[Any] = ()
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export(self, spans: Sequence[Any]) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
         self.last = spans
         return SpanExportResult.SUCCESS
 
+    def shutdown(self) -> None:
+        return None
 
-def chain(mode: str, exporter: Keep) -> tuple[Pipeline, TracerProvider | None]:
-    sampler = MODES[mode]
-    endpoint = Endpoint("bench_atomic", tracing=sampler is not None)
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return True
+
+
+def chain(mode: str, exporter: Keep) -> tuple[Pipeline, Any]:
+    if mode == "off":  # the constructor as before tracing existed
+        endpoint = Endpoint("bench_atomic")
+        endpoint.register(echo)
+        return endpoint.create_pipeline(), None
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+
+    from endpoint_runtime.tracing.spans import OutgoingSpans
+
+    endpoint = Endpoint("bench_atomic", tracing=True)
     endpoint.register(echo)
     pipeline = endpoint.create_pipeline()
-    if sampler is None:
-        return pipeline, None
+    sampler = ALWAYS_ON if mode == "always_on" else ParentBased(TraceIdRatioBased(0.1))
     provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=2048))
     step = pipeline.step("tracing")
@@ -87,10 +100,10 @@ async def cpu_per_message(pipeline: Pipeline, messages: list[TransportMessage]) 
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    per_mode: dict[str, list[float]] = {mode: [] for mode in MODES}
+    per_mode: dict[str, list[float]] = {mode: [] for mode in args.modes}
     encode: list[float] = []
     for _ in range(args.rounds):
-        for mode in MODES:  # the modes alternate within each round
+        for mode in args.modes:  # the modes alternate within each round
             exporter = Keep()
             pipeline, provider = chain(mode, exporter)
             per_mode[mode].append(asyncio.run(cpu_per_message(pipeline,
@@ -99,12 +112,17 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 provider.force_flush()
                 provider.shutdown()
             if mode == "always_on" and exporter.last:
+                from opentelemetry.exporter.otlp.proto.common.trace_encoder import (
+                    encode_spans,
+                )
+
                 started = time.process_time()
                 encode_spans(exporter.last).SerializePartialToString()
                 encode.append((time.process_time() - started) / len(exporter.last) * 1e6)
-    off = median(per_mode["off"])
+    off = median(per_mode["off"]) if "off" in per_mode else float("nan")
     return {
         "benchmark": "tracing_profile", "messages": args.messages, "rounds": args.rounds,
+        "package": str(Path(endpoint_runtime.__file__).parent),
         "chain_cpu_us_per_message": {m: round(median(v), 1) for m, v in per_mode.items()},
         "added_us_per_message": {m: round(median(v) - off, 1)
                                  for m, v in per_mode.items() if m != "off"},
@@ -120,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--messages", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--profile", choices=tuple(MODES), help="cProfile one mode")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--profile", choices=MODES, help="cProfile one mode")
     args = parser.parse_args(argv)
     if args.profile:
         pipeline, _ = chain(args.profile, Keep())
