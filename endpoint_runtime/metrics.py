@@ -118,6 +118,8 @@ class RayMetrics(Metrics):
         self._timings: Timings = {}
         self.sinks: list[MetricsSink] = []
         """Also given each interval's sums and samples, at the flush."""
+        self.last_queue_length: int | None = None
+        """The last :meth:`queue_length` (a peeker's), for other exporters to observe."""
         self._flusher: asyncio.Task[None] | None = None
 
     def _count(self, counter: str, message_type: str, kind: str = "") -> None:
@@ -157,6 +159,7 @@ class RayMetrics(Metrics):
 
     def queue_length(self, length: int) -> None:
         self._queue_length.set(length)
+        self.last_queue_length = length
 
     def flush(self) -> None:
         counts, self._counts = self._counts, defaultdict(int)

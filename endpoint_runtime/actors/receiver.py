@@ -167,7 +167,7 @@ class Receiver:
         self._ledger = CrashLedger.create(self.config.receiver_id, records=max_slots)
         self._metrics = RayMetrics(endpoint.name)
         if settings.tracing:  # imported only when on
-            from endpoint_runtime.tracing.receiving import start_receiver_telemetry
+            from endpoint_runtime.tracing.processes import start_receiver_telemetry
 
             self._telemetry = start_receiver_telemetry(
                 endpoint.name, str(endpoint.address), self._metrics,

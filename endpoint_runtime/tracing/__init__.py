@@ -13,9 +13,11 @@ Switched on per endpoint with ``tracing=True`` (``EndpointSettings.tracing``,
   :class:`~endpoint_runtime.sender.Sender` alike).
 - :mod:`.attributes`: attribute names, OpenTelemetry's messaging conventions and
   NServiceBus's.
-- :mod:`.setup`: the SDK in a receiver process, from the ``OTEL_*`` variables (service name =
-  endpoint name), flushed when the receiver stops.
+- :mod:`.setup`: the SDK in an actor's process, from the ``OTEL_*`` variables (service name =
+  endpoint name), flushed when the actor stops.
 - :mod:`.metrics`: the processing metrics as OpenTelemetry instruments, beside Ray's.
+- :mod:`.processes`: what a receiver and a peeker set up as they start (the peeker exports
+  the queue length).
 
 See docs/observability.md.
 """

@@ -27,7 +27,7 @@ each second and type). Attributes: ``nservicebus.queue`` and ``messaging.destina
 (the endpoint's queue), ``messaging.consumer.group.name`` (the endpoint),
 ``messaging.system``, ``nservicebus.message_type`` (a registered type's wire name or
 ``unknown``: header text from outside never becomes an attribute value). The queue length
-stays a Ray metric (the peeker's estimate).
+is the peeker's (:func:`.processes.start_peeker_telemetry`).
 """
 
 from __future__ import annotations

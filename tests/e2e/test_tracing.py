@@ -162,6 +162,7 @@ async def test_one_trace_per_order_through_sales_billing_and_shipping(
     assert {"nservicebus.messaging.successes", "nservicebus.messaging.critical_time",
             "messaging.process.duration"} <= exporting.received.metrics.get("trace_sales", set())
     assert "nservicebus.recoverability.error" in exporting.received.metrics["trace_shipping"]
+    assert "endpoint_runtime.queue.length" in exporting.received.metrics["trace_billing"]
 
 
 async def test_a_message_in_nservicebus_wire_format_continues_its_traceparent(
