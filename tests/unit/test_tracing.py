@@ -16,6 +16,7 @@ import structlog
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import SpanKind, StatusCode, format_span_id, format_trace_id
 
 from endpoint_runtime import Endpoint, HandlerContext
@@ -25,6 +26,7 @@ from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.pipeline import BUILT_IN, Outcome, Pipeline, Unit
 from endpoint_runtime.tracing.spans import OutgoingSpans
 from endpoint_runtime.tracing.step import TracingStep
+from endpoint_runtime.transport.addresses import QueueAddress
 from tests.unit.test_pipeline import Recording
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -212,3 +214,37 @@ def test_a_missing_sdk_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None
                         lambda name, *a: None if name == "opentelemetry.sdk" else real(name, *a))
     with pytest.raises(ConfigurationError, match=r"endpoint-runtime\[otel\]"):
         check_installed()
+
+
+def test_a_send_outside_handlers_is_a_child_of_the_callers_span(
+    exported: tuple[TracerProvider, InMemorySpanExporter],
+) -> None:
+    provider, exporter = exported
+    tracer = provider.get_tracer("web")
+    hook = OutgoingSpans(tracer, "web")
+    with tracer.start_as_current_span("POST /orders") as request:
+        outgoing = create_outgoing(Order(order_id="1"), hooks=[hook],
+                                   destination=QueueAddress("sales"))
+    send = next(s for s in exporter.get_finished_spans() if s.kind is SpanKind.PRODUCER)
+    assert send.parent is not None
+    assert send.parent.span_id == request.get_span_context().span_id
+    assert send.name == "send public.sales"
+    ids = send.context
+    assert outgoing.headers["traceparent"] == (
+        f"00-{format_trace_id(ids.trace_id)}-{format_span_id(ids.span_id)}-{ids.trace_flags:02x}")
+    assert ids.trace_flags.sampled
+
+
+def test_under_a_sampled_out_span_no_send_span_is_made_and_the_context_goes_on() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=ALWAYS_OFF)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("web")
+    with tracer.start_as_current_span("POST /orders") as request:
+        outgoing = create_outgoing(Order(order_id="1"), hooks=[OutgoingSpans(tracer, "web")],
+                                   destination=QueueAddress("sales"))
+    assert exporter.get_finished_spans() == ()
+    ids = request.get_span_context()
+    assert not ids.trace_flags.sampled
+    assert outgoing.headers["traceparent"] == (
+        f"00-{format_trace_id(ids.trace_id)}-{format_span_id(ids.span_id)}-{ids.trace_flags:02x}")
