@@ -457,7 +457,7 @@ class Peeker:
         if self._pool is not None:
             await close_pool(self._pool)
         if self._telemetry is not None:  # the last queue length leaves now
-            await asyncio.to_thread(self._telemetry.shutdown)
+            await self._telemetry.close()
         log.info("peeker_stopped")
         return self._status([s for s in final if isinstance(s, ReceiverStatus)])
 

@@ -277,7 +277,7 @@ class Receiver:
         if self._ledger is not None:
             self._ledger.close()
         if self._telemetry is not None:  # the last spans and metrics leave now
-            await asyncio.to_thread(self._telemetry.shutdown)
+            await self._telemetry.close()
         log.info("receiver_stopped", receiver=self.config.receiver_id)
         return self.status()
 

@@ -23,6 +23,7 @@ runtime's spans go through it); the meter provider is the runtime's own.
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 from collections.abc import Mapping
@@ -44,6 +45,9 @@ from endpoint_runtime.tracing import attributes as names
 
 log = structlog.get_logger("endpoint_runtime.tracing")
 
+SHUTDOWN_SECONDS = 5.0
+"""How long an actor's stop waits for its last spans and metrics to be exported."""
+
 class Telemetry:
     """The SDK's providers of one process; :meth:`shutdown` exports what is left."""
 
@@ -57,10 +61,18 @@ class Telemetry:
         return provider.get_meter(names.INSTRUMENTATION)
 
     def shutdown(self) -> None:
-        """Flush and stop (blocking: run it off the event loop)."""
+        """Flush and stop (blocking: :meth:`close` runs it off the event loop)."""
         for provider in (self.tracer_provider, self.meter_provider):
             if provider is not None:
                 provider.shutdown()
+
+    async def close(self, timeout: float = SHUTDOWN_SECONDS) -> None:  # noqa: ASYNC109
+        """:meth:`shutdown` in a thread, waited for ``timeout`` s at most: a collector that
+        does not answer must not hold up an actor's stop (what is left is lost)."""
+        try:
+            await asyncio.wait_for(asyncio.to_thread(self.shutdown), timeout)
+        except TimeoutError:
+            log.warning("telemetry_flush_timeout", timeout_s=timeout)
 
 
 def start_telemetry(

@@ -39,9 +39,10 @@ def otlp() -> Iterator[OtlpReceiver]:
 @pytest.fixture
 def exporting(otlp: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> OtlpReceiver:
     """The deploying process's OTEL_* variables, which the receivers get: export to the
-    test's receiver, soon after each span ends."""
+    test's receiver, spans only when a receiver stops (a batch every minute otherwise: the
+    spans the tests see are those the stop flushed)."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.endpoint)
-    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "100")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "60000")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "300")
     otlp.received.spans.clear()
     return otlp
