@@ -15,7 +15,8 @@ What the variables choose (the SDK's own names; the defaults in brackets):
 - ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` [``parentbased_always_on``],
   ``OTEL_BSP_*`` (the batch span processor), ``OTEL_METRIC_EXPORT_INTERVAL`` [60000 ms].
 - ``OTEL_RESOURCE_ATTRIBUTES``; ``service.name`` is always the endpoint's name,
-  ``service.instance.id`` the receiver's id. ``OTEL_SDK_DISABLED=true``: no SDK at all.
+  ``service.instance.id`` the receiver's id, ``process.pid`` the actor's process.
+  ``OTEL_SDK_DISABLED=true``: no SDK at all.
 
 When the endpoint's own code installed a tracer provider already, it is kept (and the
 runtime's spans go through it); the meter provider is the runtime's own.
@@ -83,7 +84,7 @@ def start_telemetry(
     os.environ.update(environment or {})
     if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
         return Telemetry(None, None)
-    attributes: dict[str, Any] = {"service.name": service_name}
+    attributes: dict[str, Any] = {"service.name": service_name, "process.pid": os.getpid()}
     if instance_id:
         attributes["service.instance.id"] = instance_id
     resource = Resource.create(attributes)

@@ -42,6 +42,8 @@ class ReceivedSpan:
     events: list[tuple[str, dict[str, Any]]]
     links: list[tuple[str, str]] = field(default_factory=list)
     """(trace id, span id) of each link."""
+    resource: dict[str, Any] = field(default_factory=dict)
+    """The attributes of the exporting process's resource."""
 
 
 @dataclass
@@ -57,8 +59,7 @@ class Received:
         for resource_spans in request.resource_spans:
             resource = {a.key: _value(a.value) for a in resource_spans.resource.attributes}
             for scope_spans in resource_spans.scope_spans:
-                found.extend(_span(str(resource.get("service.name")), span)
-                             for span in scope_spans.spans)
+                found.extend(_span(resource, span) for span in scope_spans.spans)
         with self.lock:
             self.spans.extend(found)
 
@@ -77,9 +78,10 @@ class Received:
             return list(self.spans)
 
 
-def _span(service: str, span: Span) -> ReceivedSpan:
+def _span(resource: dict[str, Any], span: Span) -> ReceivedSpan:
     return ReceivedSpan(
-        service=service, name=span.name, kind=Span.SpanKind.Name(span.kind),
+        service=str(resource.get("service.name")), name=span.name,
+        kind=Span.SpanKind.Name(span.kind),
         trace_id=span.trace_id.hex(), span_id=span.span_id.hex(),
         parent_id=span.parent_span_id.hex(),
         attributes={a.key: _value(a.value) for a in span.attributes},
@@ -87,6 +89,7 @@ def _span(service: str, span: Span) -> ReceivedSpan:
         events=[(e.name, {a.key: _value(a.value) for a in e.attributes})
                 for e in span.events],
         links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
+        resource=resource,
     )
 
 
