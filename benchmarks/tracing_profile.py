@@ -33,7 +33,10 @@ from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.pipeline import Pipeline, Unit
 from endpoint_runtime.testing import RecordingDispatcher
 
-MODES = ("off", "always_on", "ratio_0.1")
+MODES = ("off", "always_on", "ratio_0.1", "ratio_0.1_downstream")
+"""``ratio_0.1``: messages without a trace (each a new root, sampled at 10 %);
+``ratio_0.1_downstream``: messages of an upstream endpoint sampling 10 % (their
+``traceparent`` sampled for one in ten), as most messages of a traced flow arrive."""
 
 
 class Keep:
@@ -64,24 +67,25 @@ def chain(mode: str, exporter: Keep) -> tuple[Pipeline, Any]:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
 
-    from endpoint_runtime.tracing.spans import OutgoingSpans
-
     endpoint = Endpoint("bench_atomic", tracing=True)
     endpoint.register(echo)
     pipeline = endpoint.create_pipeline()
     sampler = ALWAYS_ON if mode == "always_on" else ParentBased(TraceIdRatioBased(0.1))
     provider = TracerProvider(sampler=sampler)
     provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=2048))
-    step = pipeline.step("tracing")
-    step.tracer = provider.get_tracer("benchmark")
-    step.outgoing = OutgoingSpans(step.tracer, "bench_atomic")
+    pipeline.step("tracing").use(provider.get_tracer("benchmark"))
     return pipeline, provider
 
 
-def received(count: int) -> list[TransportMessage]:
+def received(count: int, mode: str = "off") -> list[TransportMessage]:
     messages = []
     for n in range(count):
-        outgoing = create_outgoing(Work(n, time.time()), originating_endpoint="bench")
+        headers = None
+        if mode.endswith("downstream"):
+            flags = "01" if n % 10 == 0 else "00"
+            headers = {"traceparent": f"00-{uuid.uuid4().hex}-{uuid.uuid4().hex[:16]}-{flags}"}
+        outgoing = create_outgoing(Work(n, time.time()), originating_endpoint="bench",
+                                   headers=headers)
         messages.append(TransportMessage(native_id=uuid.uuid4(), seq=n,
                                          headers=dict(outgoing.headers), raw_headers="",
                                          body=outgoing.body))
@@ -107,7 +111,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             exporter = Keep()
             pipeline, provider = chain(mode, exporter)
             per_mode[mode].append(asyncio.run(cpu_per_message(pipeline,
-                                                              received(args.messages))))
+                                                              received(args.messages, mode))))
             if provider is not None:
                 provider.force_flush()
                 provider.shutdown()
@@ -143,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.profile:
         pipeline, _ = chain(args.profile, Keep())
-        messages = received(args.messages)
+        messages = received(args.messages, args.profile)
         profiler = cProfile.Profile()
         profiler.runcall(asyncio.run, cpu_per_message(pipeline, messages))
         pstats.Stats(profiler).sort_stats("tottime").print_stats(20)

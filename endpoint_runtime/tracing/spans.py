@@ -75,6 +75,18 @@ def incoming_parent(headers: Mapping[str, str]) -> tuple[Context, list[Link] | N
 _W3C = TraceContextTextMapPropagator()
 
 
+def drops_unsampled_parents(tracer: trace.Tracer) -> bool:
+    """Whether ``tracer``'s sampler drops every span whose remote parent was sampled out (the
+    SDK's parent-based samplers as ``OTEL_TRACES_SAMPLER`` makes them): then such a message
+    needs no sampling decision of the SDK."""
+    sampler = getattr(tracer, "sampler", None)
+    if sampler is None:  # no SDK (or a proxy): always ask the tracer
+        return False
+    description = str(sampler.get_description())
+    return (description.startswith("ParentBased{")
+            and "remoteParentNotSampled:AlwaysOffSampler" in description)
+
+
 def _span_context(traceparent: str) -> trace.SpanContext:
     return trace.get_current_span(_W3C.extract({"traceparent": traceparent})).get_span_context()
 

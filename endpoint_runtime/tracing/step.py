@@ -13,6 +13,10 @@ failure, or the move made instead of handling). A delayed retry and a move to th
 also get a short producer span of their own (``delayed retry <queue>``, ``move to error
 <queue>``), children of the attempt's span.
 
+A message whose sender was sampled out, under the SDK's parent-based samplers (which drop
+its span anyway), gets no span of the SDK: the sender's context goes on as the current span,
+unsampled (about 3 us less per message; its log lines then name the sender's span id).
+
 The trace and span ids are bound in the log context (``trace_id``, ``span_id``) and written
 into the received message's headers as ``EndpointRuntime.ProcessingTraceParent``: every copy
 made of the message carries it, the audit copy (the span that processed it), the error-queue
@@ -37,6 +41,7 @@ from endpoint_runtime.recoverability import Action
 from endpoint_runtime.tracing import attributes as names
 from endpoint_runtime.tracing.spans import (
     OutgoingSpans,
+    drops_unsampled_parents,
     header_attributes,
     incoming_parent,
     tracer,
@@ -58,9 +63,15 @@ class TracingStep:
         self.endpoint = endpoint
         self.queue = str(local_address)
         self.error_queue = str(error_address)
-        self.tracer = tracer_ or tracer()
-        self.outgoing = OutgoingSpans(self.tracer, endpoint)
         self._name = f"process {self.queue}"
+        self.use(tracer_ or tracer())
+
+    def use(self, tracer_: trace.Tracer) -> None:
+        """Make spans with ``tracer_`` (the process's by default; tests and benchmarks give
+        their own)."""
+        self.tracer = tracer_
+        self.outgoing = OutgoingSpans(tracer_, self.endpoint)
+        self._follows_parent = drops_unsampled_parents(tracer_)
 
     async def __call__(self, context: IncomingContext, next: Next) -> None:
         message = context.message
@@ -69,8 +80,15 @@ class TracingStep:
             parent, links = incoming_parent(headers)
         else:  # a poison row: its headers did not parse
             parent, links = otel_context.get_current(), None
-        span = self.tracer.start_span(self._name, context=parent, kind=SpanKind.CONSUMER,
-                                      links=links)
+        sender = trace.get_current_span(parent).get_span_context()
+        if (self._follows_parent and links is None and sender.is_remote
+                and not sender.trace_flags.sampled):
+            # The sampler would drop it (a parent-based one, its sender sampled out): skip
+            # the SDK and carry the sender's context on, unsampled, as the current span.
+            span: trace.Span = trace.NonRecordingSpan(sender)
+        else:
+            span = self.tracer.start_span(self._name, context=parent, kind=SpanKind.CONSUMER,
+                                          links=links)
         if span.is_recording():  # attributes only for a sampled span: they cost the most
             span.set_attributes(self._attributes(context))
         ids = span.get_span_context()

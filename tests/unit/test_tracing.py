@@ -16,7 +16,7 @@ import structlog
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased, Sampler
 from opentelemetry.trace import SpanKind, StatusCode, format_span_id, format_trace_id
 
 from endpoint_runtime import Endpoint, HandlerContext
@@ -51,8 +51,7 @@ def traced_pipeline(provider: TracerProvider, handler: Any) -> Pipeline:
     endpoint.register(handler, Order)
     pipeline = endpoint.create_pipeline()
     step: TracingStep = pipeline.step("tracing")
-    step.tracer = provider.get_tracer("test")
-    step.outgoing = OutgoingSpans(step.tracer, "sales")
+    step.use(provider.get_tracer("test"))
     return pipeline
 
 
@@ -81,6 +80,22 @@ async def one_accepted_span(
     return span
 
 
+async def forward_to_billing(
+    provider: TracerProvider, message: TransportMessage,
+) -> tuple[Outcome, dict[str, Any], Recording]:
+    """Run ``message`` through a traced chain whose handler sends it on to billing: the
+    outcome, the handler's log context and what was dispatched."""
+    seen: dict[str, Any] = {}
+
+    async def forward(message: Order, context: HandlerContext) -> None:
+        seen.update(structlog.contextvars.get_contextvars())
+        await context.send(Order(order_id=message.order_id), "billing")
+
+    dispatcher = Recording()
+    outcome = await traced_pipeline(provider, forward).run(message, Unit(None, dispatcher, None))
+    return outcome, seen, dispatcher
+
+
 def by_kind(spans: tuple[ReadableSpan, ...], kind: SpanKind) -> list[ReadableSpan]:
     return [span for span in spans if span.kind is kind]
 
@@ -105,15 +120,8 @@ async def test_an_attempt_continues_the_incoming_trace_and_its_sends_continue_it
     exported: tuple[TracerProvider, InMemorySpanExporter],
 ) -> None:
     provider, exporter = exported
-    seen: dict[str, Any] = {}
-
-    async def place(message: Order, context: HandlerContext) -> None:
-        seen.update(structlog.contextvars.get_contextvars())
-        await context.send(Order(order_id=message.order_id), "billing")
-
-    dispatcher = Recording()
     message = received({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
-    outcome = await traced_pipeline(provider, place).run(message, Unit(None, dispatcher, None))
+    outcome, seen, dispatcher = await forward_to_billing(provider, message)
 
     assert outcome is Outcome.HANDLED
     spans = exporter.get_finished_spans()
@@ -248,3 +256,24 @@ def test_under_a_sampled_out_span_no_send_span_is_made_and_the_context_goes_on()
     assert not ids.trace_flags.sampled
     assert outgoing.headers["traceparent"] == (
         f"00-{format_trace_id(ids.trace_id)}-{format_span_id(ids.span_id)}-{ids.trace_flags:02x}")
+
+
+@pytest.mark.parametrize(("sampler", "recorded"), [
+    (ParentBased(ALWAYS_ON), False),  # drops it: the step asks no sampler
+    (ALWAYS_ON, True),  # ignores the parent's flag: the step must ask it
+])
+async def test_a_message_whose_sender_was_sampled_out(sampler: Sampler, recorded: bool) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=sampler)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    message = received({"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-00"})
+    _, seen, dispatcher = await forward_to_billing(provider, message)
+
+    spans = exporter.get_finished_spans()
+    assert bool(spans) is recorded
+    assert seen["trace_id"] == TRACE_ID
+    [(_, billing), _] = dispatcher.sent
+    _, trace_id, span_id, flags = billing.headers["traceparent"].split("-")
+    assert trace_id == TRACE_ID
+    if not recorded:  # the sender's context went on, unsampled
+        assert (seen["span_id"], span_id, flags) == (PARENT_ID, PARENT_ID, "00")
