@@ -38,6 +38,7 @@ from endpoint_runtime.connection_budget import (
 from endpoint_runtime.embedded import RedactedDsn, resolve_dsn
 from endpoint_runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.errors import ConfigurationError, ResourcesUnavailableError
+from endpoint_runtime.redaction import OtelEnvironment
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.subscriptions import subscription_store
@@ -111,9 +112,7 @@ class EndpointDeployment:
             dsn=dsn,
             settings=settings,
             deployment_id=uuid.uuid4().hex[:8],
-            otel_environment=(
-                {k: v for k, v in os.environ.items() if k.startswith("OTEL_")}
-                if settings.tracing else {}),
+            otel_environment=OtelEnvironment.of(os.environ) if settings.tracing else {},
         ))
         peeker = await _start_peeker(config, peeker_resources)
         log.info("endpoint_started", endpoint=endpoint.name, path=path,

@@ -4,6 +4,7 @@ SDK into an in-memory exporter of the test's own (the step takes the tracer it i
 from __future__ import annotations
 
 import importlib.util
+import pickle
 import subprocess
 import sys
 import uuid
@@ -20,10 +21,13 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ALWAYS_ON, ParentBased,
 from opentelemetry.trace import SpanKind, StatusCode, format_span_id, format_trace_id
 
 from endpoint_runtime import Endpoint, HandlerContext
+from endpoint_runtime.actors.deployment_status import DeploymentConfig
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.messages import TransportMessage, encode_headers
 from endpoint_runtime.outgoing import create_outgoing
 from endpoint_runtime.pipeline import BUILT_IN, Outcome, Pipeline, Unit
+from endpoint_runtime.redaction import OtelEnvironment
+from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.tracing.spans import OutgoingSpans
 from endpoint_runtime.tracing.step import TracingStep
 from endpoint_runtime.transport.addresses import QueueAddress
@@ -277,3 +281,20 @@ async def test_a_message_whose_sender_was_sampled_out(sampler: Sampler, recorded
     assert trace_id == TRACE_ID
     if not recorded:  # the sender's context went on, unsampled
         assert (seen["span_id"], span_id, flags) == (PARENT_ID, PARENT_ID, "00")
+
+
+def test_otlp_headers_handed_to_the_actors_stay_out_of_reprs() -> None:
+    secret = "Authorization=Bearer s3cr3t-token"
+    environment = OtelEnvironment.of({"OTEL_EXPORTER_OTLP_HEADERS": secret,
+                                      "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+                                      "HOME": "/root"})
+    config = DeploymentConfig(endpoint_path="m:e", endpoint_name="sales",
+                              address=QueueAddress("sales"), dsn="postgresql:///db",
+                              settings=EndpointSettings(tracing=True),
+                              otel_environment=environment)
+    assert "s3cr3t" not in repr(config)
+    assert "http://collector:4318" in repr(config)
+    copied = pickle.loads(pickle.dumps(config)).otel_environment
+    assert copied == {"OTEL_EXPORTER_OTLP_HEADERS": secret,
+                      "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
+    assert "s3cr3t" not in repr(copied)
