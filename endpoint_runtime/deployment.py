@@ -93,9 +93,9 @@ class EndpointDeployment:
             path = endpoint.import_path
         settings = await deployment_settings(endpoint, settings, **overrides)
         if settings.tracing:
-            from endpoint_runtime.tracing import check_installed
+            from endpoint_runtime import tracing
 
-            check_installed()  # here, not in each receiver as it starts
+            tracing.check()  # here, not in each receiver as it starts
         ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
         await asyncio.to_thread(check_placement, settings, peeker_resources)
         async with (PostgresTransport.connect(settings.transport) as transport,

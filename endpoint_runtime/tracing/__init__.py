@@ -29,9 +29,10 @@ import importlib.util
 from endpoint_runtime.errors import ConfigurationError
 
 
-def check_installed() -> None:
-    """Fail at once, where a traced endpoint is deployed, when the SDK its receivers set up is
-    missing (``opentelemetry-api`` alone records nothing)."""
+def check() -> None:
+    """Fail at once, where a traced endpoint is deployed, when its receivers could not set up
+    what this process's ``OTEL_*`` variables ask for: the SDK missing (``opentelemetry-api``
+    alone records nothing), an exporter or OTLP protocol this runtime cannot make."""
     for module in ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"):
         try:
             found = importlib.util.find_spec(module) is not None
@@ -40,3 +41,7 @@ def check_installed() -> None:
         if not found:
             raise ConfigurationError(
                 f"tracing=True needs {module}: pip install 'endpoint-runtime[otel]'")
+    from endpoint_runtime.tracing.setup import exporter_classes
+
+    for signal in ("TRACES", "METRICS"):
+        exporter_classes(signal)

@@ -111,26 +111,35 @@ _EXPORTERS: dict[str, tuple[type[Any], str, str]] = {
 class."""
 
 
-def _exporters(signal: str) -> list[Any]:
-    """The exporters ``OTEL_<signal>_EXPORTER`` names (default ``otlp``)."""
+def exporter_classes(signal: str) -> list[type[Any]]:
+    """The exporter classes ``OTEL_<signal>_EXPORTER`` (default ``otlp``) and the OTLP
+    protocol name, imported; :class:`ConfigurationError` for what this runtime cannot make.
+    A deployment checks them where it starts (:func:`endpoint_runtime.tracing.check`)."""
     console, module, name = _EXPORTERS[signal]
     chosen = os.environ.get(f"OTEL_{signal}_EXPORTER", "otlp")
-    exporters: list[Any] = []
+    classes: list[type[Any]] = []
     for kind in (part.strip().lower() for part in chosen.split(",") if part.strip()):
         if kind == "console":
-            exporters.append(console())
+            classes.append(console)
         elif kind == "otlp":
             protocol = (os.environ.get(f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL")
-                        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
-            package = "grpc" if protocol.strip() == "grpc" else "http"
+                        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+                        or "http/protobuf").strip()
+            if protocol not in ("http/protobuf", "grpc"):
+                raise ConfigurationError(
+                    f"OTLP protocol {protocol!r}: this runtime exports http/protobuf or grpc")
+            package = "grpc" if protocol == "grpc" else "http"
             try:
-                exporter = getattr(importlib.import_module(module.format(package)), name)
+                classes.append(getattr(importlib.import_module(module.format(package)), name))
             except ImportError as exc:
                 raise ConfigurationError(
                     f"OTLP over {protocol} needs opentelemetry-exporter-otlp-proto-{package} "
                     "(pip install 'endpoint-runtime[otel]' brings the http one)") from exc
-            exporters.append(exporter())
         elif kind != "none":
             raise ConfigurationError(
                 f"OTEL_{signal}_EXPORTER={kind!r}: this runtime knows otlp, console and none")
-    return exporters
+    return classes
+
+
+def _exporters(signal: str) -> list[Any]:
+    return [exporter() for exporter in exporter_classes(signal)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
+import re
 import subprocess
 import sys
 import uuid
@@ -219,13 +220,12 @@ def test_the_environment_switches_tracing_on(monkeypatch: pytest.MonkeyPatch) ->
 def test_a_missing_sdk_is_named_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from endpoint_runtime import tracing
 
-    check_installed = tracing.check_installed
-    check_installed()  # installed here ([dev] brings [otel])
+    tracing.check()  # installed here ([dev] brings [otel])
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: None if name == "opentelemetry.sdk" else real(name, *a))
     with pytest.raises(ConfigurationError, match=r"endpoint-runtime\[otel\]"):
-        check_installed()
+        tracing.check()
 
 
 def test_a_send_outside_handlers_is_a_child_of_the_callers_span(
@@ -298,3 +298,18 @@ def test_otlp_headers_handed_to_the_actors_stay_out_of_reprs() -> None:
     assert copied == {"OTEL_EXPORTER_OTLP_HEADERS": secret,
                       "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}
     assert "s3cr3t" not in repr(copied)
+
+
+@pytest.mark.parametrize(("variable", "value", "named"), [
+    ("OTEL_TRACES_EXPORTER", "zipkin", "OTEL_TRACES_EXPORTER='zipkin'"),
+    ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "OTLP protocol 'http/json'"),
+])
+def test_an_exporter_this_runtime_cannot_make_is_named_where_it_deploys(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, named: str,
+) -> None:
+    from endpoint_runtime import tracing
+
+    tracing.check()
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError, match=re.escape(named)):
+        tracing.check()
