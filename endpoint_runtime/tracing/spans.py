@@ -121,14 +121,18 @@ class OutgoingSpans:
             propagate.inject(headers)
             return
         operation = _OPERATIONS.get(headers.get(Headers.MESSAGE_INTENT, ""), "send")
+        types = headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "")
+        published = destination is None
         if destination is None:  # a publish goes to every subscriber: named by its event type
-            destination = headers.get(Headers.ENCLOSED_MESSAGE_TYPES, "").split(";", 1)[0]
+            destination = types.split(";", 1)[0]
         span = self._tracer.start_span(f"{operation} {destination}", kind=SpanKind.PRODUCER)
         if span.is_recording():  # attributes only for a sampled span: they cost the most
             attributes = header_attributes(headers)
             attributes[names.OPERATION_TYPE] = "send"
             attributes[names.OPERATION_NAME] = operation
             attributes[names.DESTINATION] = destination
+            if published:
+                attributes[names.EVENT_TYPES] = types
             span.set_attributes(attributes)
         propagate.inject(headers, context=trace.set_span_in_context(span))
         span.end()

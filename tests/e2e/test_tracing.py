@@ -105,6 +105,8 @@ async def test_one_trace_per_order_through_sales_billing_and_shipping(
         published = one(children(ours, placed), kind="SPAN_KIND_PRODUCER")
         assert published.name == f"publish {message_type_name(TracedOrderPlaced)}"
         assert published.attributes["messaging.operation.name"] == "publish"
+        assert published.attributes["nservicebus.event_types"] == message_type_name(
+            TracedOrderPlaced)
         billed = children(ours, published)
         assert {s.service for s in billed} == {"trace_billing"}
         assert len(billed) == (2 if order.startswith("flaky") else 1)
