@@ -173,6 +173,7 @@ async def test_a_message_in_nservicebus_wire_format_continues_its_traceparent(
 ) -> None:
     await create_queues(transport, "audit")
     deployment = await deployer.start("shipping", module=MODULE)
+    await deployer.start("endpoint", module="endpoint_runtime.ingestion")  # audit -> audit_log
     trace_id, parent_id = uuid.uuid4().hex, uuid.uuid4().hex[:16]
     message_id = str(uuid.uuid4())
     headers = {  # as an NServiceBus endpoint writes them (assembly-qualified type name)
@@ -192,13 +193,19 @@ async def test_a_message_in_nservicebus_wire_format_continues_its_traceparent(
         "INSERT INTO public.trace_shipping (id, expires, headers, body) VALUES ($1, NULL, $2, $3)",
         uuid.UUID(message_id), json.dumps(headers), b'{"order_id": "from-nservicebus"}')
 
-    async def audited() -> bool:
-        return await count(transport.pool, "SELECT count(*) FROM audit") == 1
+    async def ingested() -> bool:
+        return await count(transport.pool, "SELECT count(*) FROM audit_log") == 1
 
-    await wait_for(audited, timeout=60, what="the NServiceBus message processed")
+    await wait_for(ingested, timeout=60, what="the NServiceBus message processed and audited")
     await deployer.stop(deployment)
     [span] = [s for s in exporting.received.snapshot() if s.trace_id == trace_id]
     assert span.parent_id == parent_id
+    # audit_log keeps the trace: the sender's traceparent and the processing span's.
+    row = await transport.pool.fetchrow("SELECT message_id, headers FROM audit_log")
+    stored = json.loads(row["headers"])
+    assert row["message_id"] == message_id
+    assert stored["traceparent"] == headers["traceparent"]
+    assert stored[PROCESSING_TRACEPARENT] == f"00-{trace_id}-{span.span_id}-01"
     assert span.name == "process public.trace_shipping"
     assert span.attributes["nservicebus.originating_endpoint"] == "Sales"
     assert span.attributes["messaging.message.id"] == message_id
