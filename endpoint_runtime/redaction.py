@@ -6,6 +6,7 @@ that each of them can redact without importing the others.
 
 from __future__ import annotations
 
+import os
 import re
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -50,3 +51,21 @@ class RedactedDsn(str):
 
     def __repr__(self) -> str:
         return repr(redact_dsn(str(self)))
+
+
+class OtelEnvironment(dict[str, str]):
+    """``OTEL_*`` variables handed to Ray actors, whose ``repr`` hides the values of the
+    ``..._HEADERS`` ones (an OTLP exporter's headers carry API keys): a deployment's config
+    shows ``***`` there. Like a DSN's password, they still travel pickled inside the actors'
+    arguments; set them in each node's environment instead to keep them off Ray."""
+
+    @classmethod
+    def of(cls, environ: dict[str, str] | os._Environ[str]) -> OtelEnvironment:
+        """The ``OTEL_*`` variables of ``environ``."""
+        return cls({key: value for key, value in environ.items() if key.startswith("OTEL_")})
+
+    def __repr__(self) -> str:
+        return repr({key: REDACTED if "HEADERS" in key else value for key, value in self.items()})
+
+    def __reduce__(self) -> tuple[type[OtelEnvironment], tuple[dict[str, str]]]:
+        return (OtelEnvironment, (dict(self),))

@@ -284,6 +284,10 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         receiver_resources: Ray custom resources each receiver requires, which pins receivers
             to the nodes that have them (``{"queue_workers": 1}``); empty: spread receivers
             evenly over the live nodes (see docs/cluster.md).
+        tracing: OpenTelemetry traces and metrics (``ENDPOINT_RUNTIME_TRACING=true``): the
+            ``tracing`` step in the chain, ``traceparent`` on every outgoing message, the SDK
+            set up from the ``OTEL_*`` variables in each receiver (docs/observability.md).
+            Off: OpenTelemetry is not imported and the step is not in the chain.
     """
 
     transaction_mode: TransactionMode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
@@ -312,6 +316,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     scale_down_after: float = 10.0
     receiver_num_cpus: float = 0.0
     receiver_resources: dict[str, float] = msgspec.field(default_factory=dict)
+    tracing: bool = False
     transport: TransportSettings = msgspec.field(default_factory=TransportSettings)
 
     def __post_init__(self) -> None:

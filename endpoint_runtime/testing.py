@@ -197,10 +197,11 @@ class TestableHandlerContext(HandlerContext):
     def _outgoing(
         self, message: msgspec.Struct, intent: MessageIntent, headers: Mapping[str, str] | None,
         time_to_be_received: Any, message_id: str | None, due: datetime | None = None,
+        destination: QueueAddress | None = None,
     ) -> OutgoingMessage:
         # The one place where a message object becomes an outgoing message: remember which.
         outgoing = super()._outgoing(message, intent, headers, time_to_be_received, message_id,
-                                     due)
+                                     due, destination)
         self._built.append((outgoing, message))
         return outgoing
 

@@ -4,6 +4,7 @@
 step                  what it owns                                added
 ====================  ==========================================  ============================
 ``log_context``       the per-message log context                 always
+``tracing``           the OpenTelemetry span of each attempt      with ``settings.tracing``
 ``recoverability``    screening, failure counting, the moves      always
 ``crash_ledger``      the native id noted while in the steps      by receiver actors
                                                                   (``in_flight=``)
@@ -73,13 +74,17 @@ def build_pipeline(
     error_address = QueueAddress.parse(settings.error_queue, schema)
     audit_address = (QueueAddress.parse(settings.audit_queue, schema)
                      if settings.audit_queue else None)
-    built_in: list[Step] = [
-        LogContextStep(endpoint, failures),
+    built_in: list[Step] = [LogContextStep(endpoint, failures)]
+    if settings.tracing:  # imported only when on: off, OpenTelemetry stays out of the process
+        from endpoint_runtime.chain.tracing.step import TracingStep
+
+        built_in.append(TracingStep(endpoint=endpoint, local_address=address,
+                                    error_address=error_address))
+    built_in.append(
         RecoverabilityStep(
             endpoint=endpoint, local_address=address, error_address=error_address,
             policy=policy, failures=failures, stats=stats, metrics=metrics, tags=tags,
-            delayed_store=store, subscriptions=subscriptions),
-    ]
+            delayed_store=store, subscriptions=subscriptions))
     if in_flight is not None:
         built_in.append(CrashLedgerStep(in_flight))
     built_in.append(MetricsStep(stats, metrics, tags))

@@ -281,14 +281,15 @@ class HandlerContext:
             if isinstance(destination, QueueAddress)
             else parse_address(destination, self._local_address.schema)
         )
-        outgoing = self._outgoing(message, intent, headers, time_to_be_received, message_id, due)
+        outgoing = self._outgoing(message, intent, headers, time_to_be_received, message_id, due,
+                                  address)
         await self._dispatch(address, outgoing, immediate, due)
         return outgoing.message_id
 
     def _outgoing(
         self, message: msgspec.Struct, intent: MessageIntent, headers: Mapping[str, str] | None,
         time_to_be_received: timedelta | None, message_id: str | None,
-        due: datetime | None = None,
+        due: datetime | None = None, destination: QueueAddress | None = None,
     ) -> OutgoingMessage:
         return create_outgoing(
             message,
@@ -302,6 +303,7 @@ class HandlerContext:
             time_to_be_received=time_to_be_received,
             due=due,
             hooks=self._outgoing_hooks,
+            destination=destination,
         )
 
     async def _dispatch(

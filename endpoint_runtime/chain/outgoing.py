@@ -5,7 +5,9 @@ headers, stamped with its due time when deferred, and passed to the outgoing hoo
 a deferred one (``delay``/``deliver_at``, :func:`due_time`) carries ``NServiceBus.DeliverAt``
 and waits in the delayed-message store as :func:`delayed_message` makes it, as recoverability's
 delayed retries do. Outgoing hooks (``hook(headers)``) see the headers of each message before it
-is encoded: how a step of the chain adds headers to every message the handlers send.
+is encoded: how a step of the chain adds headers to every message the handlers send. A hook
+with a true ``wants_destination`` attribute is called ``hook(headers, destination)`` instead,
+``destination`` the queue of a send or reply (``None`` for a publish, which goes to many).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from datetime import datetime, timedelta
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 import msgspec
 
@@ -110,6 +112,7 @@ def create_outgoing(
     time_to_be_received: timedelta | None = None,
     due: datetime | None = None,
     hooks: Iterable[OutgoingHook] | None = None,
+    destination: QueueAddress | None = None,
 ) -> OutgoingMessage:
     """Serialize ``message`` and set the standard headers of a send, publish or reply.
 
@@ -117,7 +120,8 @@ def create_outgoing(
     handler starts a correlation); handlers pass the incoming message's (see
     :class:`~endpoint_runtime.chain.context.HandlerContext`). A publish of a command raises
     :class:`ConfigurationError`. ``due``: a deferred message's due time, stamped as
-    ``NServiceBus.DeliverAt``; ``hooks`` see the headers last.
+    ``NServiceBus.DeliverAt``; ``hooks`` see the headers last (``destination``: the queue,
+    for the hooks that want it).
 
     Example::
 
@@ -157,7 +161,11 @@ def create_outgoing(
     if headers:
         standard.update(headers)
     for hook in hooks or ():
-        hook(standard)
+        if getattr(hook, "wants_destination", False):
+            cast("Callable[[MutableMapping[str, str], str | None], None]", hook)(
+                standard, None if destination is None else str(destination))
+        else:
+            hook(standard)
     return OutgoingMessage(
         message_id=message_id,
         headers=standard,

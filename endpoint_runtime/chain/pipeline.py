@@ -11,6 +11,7 @@ endpoint gets: ``endpoint_runtime.chain.composition``):
 
 ==================  ============================================================================
 ``log_context``     the per-message log context (endpoint, message id, attempt)
+``tracing``         (``settings.tracing``) the OpenTelemetry span of the attempt
 ``recoverability``  screening (poison rows, decided failures: moved, not handled) and the
                     counting of every failure raised below it
 ``crash_ledger``    (receiver actors) the message's native id noted while it is in the steps
@@ -144,10 +145,14 @@ class IncomingContext:
         outgoing_hooks: called with the headers of every message the handlers send; a step
             adds one with :meth:`on_outgoing`.
         items: free room for user steps' state.
+        failure, recoverability_action: what recoverability did with this delivery: the
+            exception of a failed attempt, and the action taken or decided next
+            (:class:`~endpoint_runtime.chain.recoverability.policy.Action` value), else ``None``.
     """
 
-    __slots__ = ("connection", "dispatcher", "ended", "items", "limits", "message",
-                 "message_type", "outcome", "outgoing_hooks", "started", "unit")
+    __slots__ = ("connection", "dispatcher", "ended", "failure", "items", "limits", "message",
+                 "message_type", "outcome", "outgoing_hooks", "recoverability_action",
+                 "started", "unit")
 
     def __init__(self, message: TransportMessage | PoisonMessage, unit: Unit) -> None:
         self.message = message
@@ -163,6 +168,8 @@ class IncomingContext:
         self.ended: float | None = None
         self.outgoing_hooks: list[OutgoingHook] | None = None
         self.items: dict[str, Any] = {}
+        self.failure: BaseException | None = None
+        self.recoverability_action: str | None = None
 
     @property
     def transport_message(self) -> TransportMessage:
@@ -196,8 +203,8 @@ class Step(Protocol):
     def __call__(self, context: IncomingContext, next: Next) -> Awaitable[None]: ...
 
 
-BUILT_IN = ("log_context", "recoverability", "crash_ledger", "metrics", "outbox", "audit",
-            "sagas", "invoke_handlers")
+BUILT_IN = ("log_context", "tracing", "recoverability", "crash_ledger", "metrics", "outbox",
+            "audit", "sagas", "invoke_handlers")
 """The built-in steps in their order; the ones a chain does not need are left out."""
 FIRST_USER_ANCHOR = "recoverability"
 """``after=`` this: the first of the user steps."""

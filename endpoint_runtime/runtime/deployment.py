@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import uuid
 from typing import Any
 
@@ -32,6 +33,7 @@ from endpoint_runtime.connections.connection_budget import (
 from endpoint_runtime.connections.embedded import RedactedDsn, resolve_dsn
 from endpoint_runtime.database import installation
 from endpoint_runtime.errors import ConfigurationError, ResourcesUnavailableError
+from endpoint_runtime.redaction import OtelEnvironment
 from endpoint_runtime.runtime.actors import scaling
 from endpoint_runtime.runtime.actors.cluster import ensure_ray
 from endpoint_runtime.runtime.actors.deployment_status import DeploymentConfig, DeploymentStatus
@@ -91,6 +93,10 @@ class EndpointDeployment:
         else:
             path = endpoint.import_path
         settings = await deployment_settings(endpoint, settings, **overrides)
+        if settings.tracing:
+            from endpoint_runtime.chain import tracing
+
+            tracing.check()  # here, not in each receiver as it starts
         ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
         await asyncio.to_thread(check_placement, settings, peeker_resources)
         async with (PostgresTransport.connect(settings.transport) as transport,
@@ -107,6 +113,7 @@ class EndpointDeployment:
             dsn=dsn,
             settings=settings,
             deployment_id=uuid.uuid4().hex[:8],
+            otel_environment=OtelEnvironment.of(os.environ) if settings.tracing else {},
         ))
         peeker = await _start_peeker(config, peeker_resources)
         log.info("endpoint_started", endpoint=endpoint.name, path=path,

@@ -132,7 +132,7 @@ class Endpoint:
         self._defined_in = sys._getframe(1).f_globals.get("__name__", "")
         self.sender = Sender(
             name, settings.transport, local_address=self.address, delayed_store=self.delayed_store,
-            error_queue=settings.error_queue,
+            error_queue=settings.error_queue, tracing=settings.tracing,
         )
 
     # -- sending from outside handlers (the endpoint's sender) ----------------------------

@@ -38,6 +38,9 @@ from endpoint_runtime.wire.messages import MessageIntent
 class Sender:
     """Sends messages with the standard headers, each INSERT committed at once.
 
+    ``tracing=True``: a span per send and publish, a child of the caller's current
+    OpenTelemetry context, whose ``traceparent`` the message carries (docs/observability.md).
+
     The connection pool opens on first use in the running event loop; ``close()`` (or
     ``async with``) releases it.
     """
@@ -50,6 +53,7 @@ class Sender:
         local_address: QueueAddress | None = None,
         delayed_store: DelayedMessageStore | None = None,
         error_queue: str = "error",
+        tracing: bool = False,
     ) -> None:
         self.name = name
         self.error_queue = error_queue
@@ -62,6 +66,10 @@ class Sender:
         self.outgoing_hooks: list[OutgoingHook] = []
         """Called with the headers of every message this sender sends or publishes (see
         :meth:`on_outgoing`)."""
+        if tracing:  # imported only when on: a span per send, continuing the caller's context
+            from endpoint_runtime.chain.tracing.spans import OutgoingSpans
+
+            self.outgoing_hooks.append(OutgoingSpans.for_sender(name))
 
     def on_outgoing(self, hook: OutgoingHook) -> OutgoingHook:
         """Call ``hook(headers)`` for every message sent or published from here, before it is
@@ -94,6 +102,7 @@ class Sender:
         """
         due = due_time(delay, deliver_at, time_to_be_received, self._delayed_store is not None)
         transport = await self.transport()
+        address = parse_address(destination, self._transport_settings.schema)
         outgoing = create_outgoing(
             message,
             originating_endpoint=self.name,
@@ -103,8 +112,8 @@ class Sender:
             time_to_be_received=time_to_be_received,
             due=due,
             hooks=self.outgoing_hooks,
+            destination=address,
         )
-        address = parse_address(destination, self._transport_settings.schema)
         if due is None:
             await transport.send(address, outgoing)
         else:

@@ -26,6 +26,7 @@ from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.cluster.endpoints import DELAYED_RETRY_SECONDS, Job
 from tests.cluster.nodes import LocalCluster
+from tests.support.otlp import OtlpReceiver
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
@@ -129,7 +130,8 @@ async def submit(cluster: LocalCluster, database_dsn: str,
                  tmp_path: Path) -> AsyncIterator[Any]:
     started: list[Submit] = []
 
-    async def start(*args: str, endpoint: str | None = ENDPOINT) -> Submit:
+    async def start(*args: str, endpoint: str | None = ENDPOINT,
+                    environment: dict[str, str] | None = None) -> Submit:
         log = tmp_path / f"submit-{len(started)}.log"
         # The child writes to its own copy of the descriptor: ours closes at once.
         with log.open("wb") as stderr:
@@ -138,7 +140,8 @@ async def submit(cluster: LocalCluster, database_dsn: str,
                 "--nodes", "3", "--status-interval", "1", *args,
                 env=cluster.driver_environment(ENDPOINT_RUNTIME_DSN=database_dsn,
                                                ENDPOINT_RUNTIME_PEEK_DELAY="0.5",
-                                               ENDPOINT_RUNTIME_LOG_FORMAT="json"),
+                                               ENDPOINT_RUNTIME_LOG_FORMAT="json",
+                                               **(environment or {})),
                 cwd=ROOT,
                 stdout=asyncio.subprocess.PIPE, stderr=stderr,
             )
@@ -205,6 +208,27 @@ async def test_receivers_spread_over_the_nodes_by_default(
     assert set(per_node) == {"0", "1", "2"}, (per_node, driver.lines, driver.stderr_tail())
     assert sum(1 for node in result["nodes"] if node["receivers"] > 0) == 3, result
     assert result["processed"] == 300, result
+
+
+async def test_traced_receivers_on_every_node_export_their_spans(
+    submit: Any, transport: PostgresTransport
+) -> None:
+    """Tracing switched on by the driver's environment: each receiver, on each node, sets up
+    its exporter from the driver's OTEL_* variables and flushes its spans as it stops."""
+    await prepare(transport, 60)
+    with OtlpReceiver() as otlp:
+        driver = await submit("--until-empty", environment={
+            "ENDPOINT_RUNTIME_TRACING": "true", "OTEL_EXPORTER_OTLP_ENDPOINT": otlp.endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "60000"})  # exported at the receivers' stop
+        await driver.finish()
+        spans = otlp.received.snapshot()
+    per_node = await assert_each_handled_once(transport, 60)
+    assert set(per_node) == {"0", "1", "2"}, per_node
+    processed = [s for s in spans if s.name == "process public.cluster_work"]
+    assert len(processed) == 60, [(s.service, s.name) for s in spans]
+    assert {s.service for s in processed} == {"cluster_work"}
+    pids = {row["pid"] for row in await transport.pool.fetch("SELECT DISTINCT pid FROM handled")}
+    assert {s.resource["process.pid"] for s in processed} == pids  # every receiver process
 
 
 async def test_pinned_receivers_spread_over_the_nodes_with_the_resource(

@@ -84,11 +84,14 @@ class RecoverabilityStep:
         if isinstance(message, PoisonMessage):
             await self.move_poison_to_error_queue(unit.executor, message)
             unit.moved_to_error = True
+            context.recoverability_action = Action.ERROR_QUEUE
             context.outcome = Outcome.CONSUMED
             return
         decision = self.pending_decision(message)
         if decision is not None:
             unit.moved_to_error = await self.apply_decision(unit.executor, message, decision)
+            context.recoverability_action = (Action.ERROR_QUEUE if unit.moved_to_error
+                                             else decision.action)
             context.outcome = Outcome.CONSUMED
             return
         try:
@@ -96,10 +99,12 @@ class RecoverabilityStep:
         except Exception as exc:
             if isinstance(exc, RecoverabilityFailedError) or self._transport_failed(context, exc):
                 raise
-            self.failed(message, exc, context.limits)
+            self.failed(message, exc, context.limits, context)
             context.outcome = Outcome.FAILED
             if not unit.retries:  # the message is gone from the queue: nothing can retry it
                 unit.moved_to_error = await self.give_up(unit.executor, message)
+                context.recoverability_action = (Action.ERROR_QUEUE if unit.moved_to_error
+                                                 else Action.DISCARD)
             return
         except asyncio.CancelledError:
             if not unit.retries and unit.spare is not None:
@@ -134,10 +139,12 @@ class RecoverabilityStep:
             executor, asyncpg.Connection | PoolConnectionProxy) and is_lost(executor)
 
     def failed(self, message: TransportMessage, exc: BaseException,
-               limits: RetryLimits | None = None) -> Failure:
+               limits: RetryLimits | None = None,
+               context: IncomingContext | None = None) -> Failure:
         """Count a failed attempt (``limits``: those of the handler that raised). A database
         error "current transaction is aborted" is charged as :class:`TransactionAbortedError`:
-        a handler caught an error without a savepoint."""
+        a handler caught an error without a savepoint. ``context`` (the attempt's) learns the
+        exception and the next step."""
         exc = charged_exception(exc)
         if isinstance(exc, QueueNotFoundError) and self.subscriptions is not None:
             self.subscriptions.forget()  # a subscriber queue may be gone: read them again
@@ -148,6 +155,8 @@ class RecoverabilityStep:
         self.stats.failed += 1
         self.stats.consecutive_failures += 1
         next_step = self.policy.decide(failure, message.headers).action
+        if context is not None:
+            context.failure, context.recoverability_action = exc, next_step
         self.metrics.failed(self.tags.of(message),
                             immediate_retry=next_step is Action.IMMEDIATE_RETRY)
         log.warning(

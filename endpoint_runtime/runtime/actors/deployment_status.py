@@ -26,6 +26,10 @@ class DeploymentConfig(msgspec.Struct, frozen=True, kw_only=True):
     names
     it (:mod:`endpoint_runtime.connections.connection_budget`, whence 8 hex digits: an
     ``application_name`` holds 63 bytes)."""
+    otel_environment: dict[str, str] = {}
+    """With ``settings.tracing``: the ``OTEL_*`` variables of the deploying process, set in
+    each receiver before its OpenTelemetry SDK starts
+    (:mod:`endpoint_runtime.chain.tracing.setup`)."""
 
 
 class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,6 +14,7 @@ import asyncio
 import collections
 import contextlib
 import time
+from typing import Any
 
 import asyncpg
 import msgspec
@@ -78,6 +79,8 @@ class Peeker:
         self._receivers: list[ReceiverHandle] = []
         self._estimate = 0
         self._metrics = RayMetrics(config.endpoint_name)
+        self._telemetry: Any = None
+        """With ``settings.tracing``: this process's OpenTelemetry SDK (the queue length)."""
         self._idle_since = time.monotonic()
         self._wake = asyncio.Event()
         self._stopping = False
@@ -149,6 +152,12 @@ class Peeker:
         self.critical_error = None
 
     async def start(self) -> None:
+        if self.settings.tracing:  # imported only when on
+            from endpoint_runtime.runtime.actors.telemetry import start_peeker_telemetry
+
+            self._telemetry = start_peeker_telemetry(
+                self.config.endpoint_name, str(self.config.address), self._metrics,
+                environment=self.config.otel_environment)
         self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=PEEKER_POOL_SIZE)
         # One LISTEN connection for the peeker and the mover: PostgreSQL signals every
         # listening backend on each NOTIFY in the database, so fewer listeners cost less.
@@ -447,6 +456,8 @@ class Peeker:
                 await self._listener.close()
         if self._pool is not None:
             await close_pool(self._pool)
+        if self._telemetry is not None:  # the last queue length leaves now
+            await self._telemetry.close()
         log.info("peeker_stopped")
         return self._status([s for s in final if isinstance(s, ReceiverStatus)])
 

@@ -27,7 +27,9 @@ therefore count in memory (two dictionary look-ups per message) and hand the sum
 second; histograms take the first ``HISTOGRAM_SAMPLES`` messages of each second and type (their
 TimeSent is parsed at the flush, off the message path); the counters stay exact.
 ``message_type`` is a registered type's wire name, or ``unknown``: header text from outside
-never becomes a tag value, so hostile input cannot grow the set of series.
+never becomes a tag value, so hostile input cannot grow the set of series. Each flush also
+hands the interval's sums and samples to the ``sinks`` (the OpenTelemetry instruments of a
+traced endpoint, :mod:`endpoint_runtime.runtime.actors.otel_metrics`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import defaultdict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 from endpoint_runtime.chain.metrics import Metrics
 from endpoint_runtime.wire.messages import Headers, from_wire_time
@@ -46,6 +49,14 @@ PROCESSING_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25
                       2.5, 5.0, 10.0, 30.0, 60.0)
 CRITICAL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
                     10.0, 30.0, 60.0, 300.0, 3600.0)
+Counts: TypeAlias = dict[tuple[str, str, str], int]
+"""An interval's increments per (counter, message type, kind)."""
+Timings: TypeAlias = dict[str, list[tuple[float, float, str | None]]]
+"""Per message type, an interval's first ``HISTOGRAM_SAMPLES`` (start, end, TimeSent)."""
+MetricsSink: TypeAlias = Callable[[Counts, Timings], None]
+"""Takes what :class:`RayMetrics` flushes, besides Ray."""
+
+
 
 
 class RayMetrics(Metrics):
@@ -81,10 +92,12 @@ class RayMetrics(Metrics):
                                            tag_keys=("endpoint",))
         for metric in (*self._counters.values(), *self._histograms.values(), self._queue_length):
             metric.set_default_tags({"endpoint": endpoint})
-        self._counts: dict[tuple[str, str, str], int] = defaultdict(int)
-        """This interval's increments per (counter, message type, kind)."""
-        self._timings: dict[str, list[tuple[float, float, str | None]]] = {}
-        """Per type, this interval's first HISTOGRAM_SAMPLES (start, end, TimeSent)."""
+        self._counts: Counts = defaultdict(int)
+        self._timings: Timings = {}
+        self.sinks: list[MetricsSink] = []
+        """Also given each interval's sums and samples, at the flush."""
+        self.last_queue_length: int | None = None
+        """The last :meth:`queue_length` (a peeker's), for other exporters to observe."""
         self._flusher: asyncio.Task[None] | None = None
 
     def _count(self, counter: str, message_type: str, kind: str = "") -> None:
@@ -124,6 +137,7 @@ class RayMetrics(Metrics):
 
     def queue_length(self, length: int) -> None:
         self._queue_length.set(length)
+        self.last_queue_length = length
 
     def flush(self) -> None:
         counts, self._counts = self._counts, defaultdict(int)
@@ -137,9 +151,11 @@ class RayMetrics(Metrics):
             tags = {"message_type": message_type}
             for started, ended, sent in observed:
                 self._histograms["processing"].observe(ended - started, tags=tags)
-                critical = _critical_seconds(sent, ended)
+                critical = critical_seconds(sent, ended)
                 if critical is not None:
                     self._histograms["critical"].observe(critical, tags=tags)
+        for sink in self.sinks:
+            sink(counts, timings)
 
     async def _flush_forever(self) -> None:
         while True:
@@ -155,7 +171,7 @@ class RayMetrics(Metrics):
         self.flush()
 
 
-def _critical_seconds(sent: str | None, ended: float) -> float | None:
+def critical_seconds(sent: str | None, ended: float) -> float | None:
     """Critical time: from TimeSent (wire format) to the end of processing (epoch s)."""
     if not sent:
         return None

@@ -53,6 +53,8 @@ class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
     deployment_id: str = ""
     """The deployment's id: its committed counts are kept under it
     (``transactions.counting``); empty: the receiver keeps no committed counts."""
+    otel_environment: dict[str, str] = {}
+    """With ``settings.tracing``: the deploying process's ``OTEL_*`` variables."""
 
 
 class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
@@ -109,6 +111,9 @@ class Receiver:
         self._ledger: CrashLedger | None = None
         self._doomed: DoomedMessages | None = None
         self._metrics: RayMetrics | None = None
+        self._telemetry: Any = None
+        """With ``settings.tracing``: the OpenTelemetry SDK of this process
+        (:class:`endpoint_runtime.chain.tracing.setup.Telemetry`)."""
         self._counts: ReceiverCounts | None = None
 
     def _breaker(self, name: str) -> CircuitBreaker:
@@ -161,6 +166,12 @@ class Receiver:
         # store's circuit breaker.
         self._ledger = CrashLedger.create(self.config.receiver_id, records=max_slots)
         self._metrics = RayMetrics(endpoint.name)
+        if settings.tracing:  # imported only when on
+            from endpoint_runtime.runtime.actors.telemetry import start_receiver_telemetry
+
+            self._telemetry = start_receiver_telemetry(
+                endpoint.name, str(endpoint.address), self._metrics,
+                receiver_id=self.config.receiver_id, environment=self.config.otel_environment)
         self._pipeline = endpoint.create_pipeline(
             settings, metrics=self._metrics, in_flight=self._ledger,
             guard_store=self._guard_store)
@@ -265,6 +276,8 @@ class Receiver:
             await self._metrics.close()
         if self._ledger is not None:
             self._ledger.close()
+        if self._telemetry is not None:  # the last spans and metrics leave now
+            await self._telemetry.close()
         log.info("receiver_stopped", receiver=self.config.receiver_id)
         return self.status()
 

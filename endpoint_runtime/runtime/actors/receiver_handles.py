@@ -50,6 +50,7 @@ def launch_receiver(
         settings=settings,
         receiver_id=receiver_id,
         deployment_id=deployment.deployment_id,  # its committed counts are kept under it
+        otel_environment=deployment.otel_environment,
     )
     # Placement: on ``node_id``, the live node (among those with the custom resources asked
     # for, if any) with the fewest receivers; the resources are still requested, so Ray

@@ -1,0 +1,152 @@
+"""The chain's ``tracing`` step: a span per attempt at a message.
+
+Placed right after ``log_context`` (before recoverability, so that screening, failures and
+recoverability's moves happen inside the span). The span, ``process <queue>`` (kind
+consumer), continues the trace of the message's ``traceparent`` (see
+:func:`.spans.incoming_parent`) and is the current span while the steps below and the
+handlers run: the handlers' own spans and every message they send (through the outgoing hook,
+:class:`.spans.OutgoingSpans`) are its children.
+
+What recoverability did is on the span: a failed attempt's exception (recorded, status
+error, ``error.type``) and ``nservicebus.recoverability_action`` (the next step after a
+failure, or the move made instead of handling). A delayed retry and a move to the error queue
+also get a short producer span of their own (``delayed retry <queue>``, ``move to error
+<queue>``), children of the attempt's span.
+
+A message whose sender was sampled out, under the SDK's parent-based samplers (which drop
+its span anyway), gets no span of the SDK: the sender's context goes on as the current span,
+unsampled (about 3 us less per message; its log lines then name the sender's span id).
+
+The trace and span ids are bound in the log context (``trace_id``, ``span_id``) and written
+into the received message's headers as ``EndpointRuntime.ProcessingTraceParent``: every copy
+made of the message carries it, the audit copy (the span that processed it), the error-queue
+copy and a delayed retry's copy (the last attempt). A message that arrives with that header (a
+delayed retry, a message retried from the error queue, a replay of the same delivery) gets a
+span **linked** to that attempt.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.span import format_span_id, format_trace_id
+
+from endpoint_runtime.chain.pipeline import IncomingContext, Next, Outcome
+from endpoint_runtime.chain.recoverability.policy import Action
+from endpoint_runtime.chain.tracing import attributes as names
+from endpoint_runtime.chain.tracing.spans import (
+    OutgoingSpans,
+    drops_unsampled_parents,
+    header_attributes,
+    incoming_parent,
+    tracer,
+)
+from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.wire.messages import TransportMessage
+
+_bind = structlog.contextvars.bind_contextvars
+
+
+class TracingStep:
+    """A span per attempt (see the module docstring)."""
+
+    name = "tracing"
+
+    def __init__(
+        self, *, endpoint: str, local_address: QueueAddress, error_address: QueueAddress,
+        tracer_: trace.Tracer | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.queue = str(local_address)
+        self.error_queue = str(error_address)
+        self._name = f"process {self.queue}"
+        self.use(tracer_ or tracer())
+
+    def use(self, tracer_: trace.Tracer) -> None:
+        """Make spans with ``tracer_`` (the process's by default; tests and benchmarks give
+        their own)."""
+        self.tracer = tracer_
+        self.outgoing = OutgoingSpans(tracer_, self.endpoint)
+        self._follows_parent = drops_unsampled_parents(tracer_)
+
+    async def __call__(self, context: IncomingContext, next: Next) -> None:
+        message = context.message
+        headers = message.headers if isinstance(message, TransportMessage) else None
+        if headers is not None:
+            parent, links = incoming_parent(headers)
+        else:  # a poison row: its headers did not parse
+            parent, links = otel_context.get_current(), None
+        sender = trace.get_current_span(parent).get_span_context()
+        if (self._follows_parent and links is None and sender.is_remote
+                and not sender.trace_flags.sampled):
+            # The sampler would drop it (a parent-based one, its sender sampled out): skip
+            # the SDK and carry the sender's context on, unsampled, as the current span.
+            span: trace.Span = trace.NonRecordingSpan(sender)
+        else:
+            span = self.tracer.start_span(self._name, context=parent, kind=SpanKind.CONSUMER,
+                                          links=links)
+        if span.is_recording():  # attributes only for a sampled span: they cost the most
+            span.set_attributes(self._attributes(context))
+        ids = span.get_span_context()
+        trace_id, span_id = format_trace_id(ids.trace_id), format_span_id(ids.span_id)
+        _bind(trace_id=trace_id, span_id=span_id)
+        if headers is not None:  # carried by the audit, error-queue and delayed-retry copies
+            headers[names.PROCESSING_TRACEPARENT] = (
+                f"00-{trace_id}-{span_id}-{ids.trace_flags:02x}")
+        context.on_outgoing(self.outgoing)
+        token = otel_context.attach(trace.set_span_in_context(span, parent))
+        try:
+            await next(context)
+        except BaseException as exc:  # not counted by recoverability: the transport's, a stop
+            _failed(span, exc)
+            raise
+        finally:
+            otel_context.detach(token)
+            if span.is_recording():
+                self._verdict(span, context)
+            span.end()
+
+    def _attributes(self, context: IncomingContext) -> dict[str, Any]:
+        message = context.message
+        attributes = (header_attributes(message.headers, names.PROCESSED_HEADERS)
+                      if isinstance(message, TransportMessage)
+                      else {names.MESSAGING_SYSTEM: names.SYSTEM})
+        attributes[names.OPERATION_TYPE] = attributes[names.OPERATION_NAME] = "process"
+        attributes[names.DESTINATION] = self.queue
+        attributes[names.CONSUMER_GROUP] = self.endpoint
+        attributes[names.NATIVE_MESSAGE_ID] = str(message.native_id)
+        return attributes
+
+    def _verdict(self, span: Any, context: IncomingContext) -> None:
+        action = context.recoverability_action
+        if context.failure is not None:
+            _failed(span, context.failure)
+        if action is None:
+            return
+        span.set_attribute(names.RECOVERABILITY_ACTION, str(action))
+        if context.outcome is not Outcome.CONSUMED:
+            return
+        if action == Action.DELAYED_RETRY:
+            self._move(span, context, "delayed retry", self.queue)
+        elif action == Action.ERROR_QUEUE:
+            self._move(span, context, "move to error", self.error_queue)
+
+    def _move(self, span: Any, context: IncomingContext, operation: str, queue: str) -> None:
+        message = context.message
+        attributes = (header_attributes(message.headers)
+                      if isinstance(message, TransportMessage) else {})
+        attributes.update({names.MESSAGING_SYSTEM: names.SYSTEM, names.OPERATION_TYPE: "send",
+                           names.OPERATION_NAME: operation, names.DESTINATION: queue})
+        self.tracer.start_span(f"{operation} {queue}", context=trace.set_span_in_context(span),
+                               kind=SpanKind.PRODUCER, attributes=attributes).end()
+
+
+def _failed(span: Any, exc: BaseException) -> None:
+    kind = type(exc)
+    span.record_exception(exc)
+    span.set_attribute(names.ERROR_TYPE, f"{kind.__module__}.{kind.__qualname__}")
+    span.set_status(Status(StatusCode.ERROR, f"{kind.__name__}: {exc}"[:1000]))

@@ -1,0 +1,67 @@
+"""A compact order flow with tracing on (importable by path): sales -> (publish) billing ->
+(a deferred send) shipping, with a failure retried at once in billing and one that goes
+through a delayed retry to the error queue in shipping.
+
+- ``trace_sales`` handles :class:`PlaceTracedOrder` and publishes :class:`TracedOrderPlaced`.
+- ``trace_billing`` handles the event; the first attempt at an order whose id starts with
+  ``flaky`` fails (counted in the receiver's memory: one receiver), the next succeeds; it then
+  sends :class:`ShipTracedOrder` to shipping with a short delay.
+- ``trace_shipping`` handles it; an order whose id starts with ``doomed`` always fails: one
+  immediate retry, one delayed retry, then the error queue.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+
+import msgspec
+
+from endpoint_runtime import Command, Endpoint, Event, HandlerContext
+
+SHIP_DELAY = timedelta(milliseconds=300)
+
+
+class PlaceTracedOrder(msgspec.Struct, Command):
+    order_id: str
+
+
+class TracedOrderPlaced(msgspec.Struct, Event):
+    order_id: str
+
+
+class ShipTracedOrder(msgspec.Struct, Command):
+    order_id: str
+
+
+def traced(name: str, **options: object) -> Endpoint:
+    return Endpoint(name, tracing=True, max_concurrency=2, slots_per_receiver=2,
+                    audit_queue="audit", **options)  # type: ignore[arg-type]
+
+
+sales = traced("trace_sales")
+billing = traced("trace_billing", immediate_retries=1, delayed_retries=0)
+shipping = traced("trace_shipping", immediate_retries=1, delayed_retries=1,
+                  delayed_retry_delay=0.3)
+
+_billing_attempts: Counter[str] = Counter()
+
+
+@sales.handler
+async def place(message: PlaceTracedOrder, context: HandlerContext) -> None:
+    await context.publish(TracedOrderPlaced(order_id=message.order_id))
+
+
+@billing.handler
+async def bill(message: TracedOrderPlaced, context: HandlerContext) -> None:
+    _billing_attempts[message.order_id] += 1
+    if message.order_id.startswith("flaky") and _billing_attempts[message.order_id] == 1:
+        raise RuntimeError(f"card declined for {message.order_id} (once)")
+    await context.send(ShipTracedOrder(order_id=message.order_id), "trace_shipping",
+                       delay=SHIP_DELAY)
+
+
+@shipping.handler
+async def ship(message: ShipTracedOrder, context: HandlerContext) -> None:
+    if message.order_id.startswith("doomed"):
+        raise LookupError(f"no address for {message.order_id}")
