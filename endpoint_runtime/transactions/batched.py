@@ -21,7 +21,9 @@ from endpoint_runtime.messages import PoisonMessage, TransportMessage
 from endpoint_runtime.pipeline import Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import EMPTY, BufferedDispatcher, ReceiveSlot, Round
 from endpoint_runtime.transactions.counting import SlotCounts
+from endpoint_runtime.transactions.optimistic_batch import OptimisticBatch
 from endpoint_runtime.transactions.receive_transaction import (
+    begin_unless_carried,
     end_carried_transaction,
     joined,
     rollback_quietly,
@@ -40,10 +42,15 @@ MESSAGE_SAVEPOINT = "endpoint_runtime_message"
 
 
 class BatchedAtomicStrategy:
-    def __init__(self, pipeline: Pipeline, pool: asyncpg.Pool, batch_size: int) -> None:
+    """``isolation``: ``"optimistic"`` (``transactions.optimistic_batch``) or ``"savepoint"``
+    (a savepoint per message that uses the database, below)."""
+
+    def __init__(self, pipeline: Pipeline, pool: asyncpg.Pool, batch_size: int,
+                 isolation: str = "optimistic") -> None:
         self._pipeline = pipeline
         self._pool = pool
         self.batch_size = batch_size
+        self.isolation = isolation
         self.one_by_one = SingleMessageStrategy(pipeline, pool, sends_atomic=True)
 
     def open_slot(self, connection: DatabaseConnection) -> BatchedSlot:
@@ -52,6 +59,8 @@ class BatchedAtomicStrategy:
     async def receive_batch(self, connection: DatabaseConnection, counts: SlotCounts) -> Round:
         """One batch in one transaction, committed with its count in ``counts``' row; a
         failure to commit it is raised, rolled back."""
+        if self.isolation == "optimistic":
+            return await self._optimistic_batch(connection, counts)
         # One by one, each COMMIT began the next transaction: end it before the batch's own.
         # A plain BEGIN (not asyncpg's transaction) so that the count goes with the COMMIT.
         await end_carried_transaction(connection)
@@ -73,6 +82,21 @@ class BatchedAtomicStrategy:
         for unit in committed:
             unit.committed()
         return result
+
+    async def _optimistic_batch(self, connection: DatabaseConnection,
+                                counts: SlotCounts) -> Round:
+        await begin_unless_carried(connection)  # the last batch's COMMIT began it
+        try:
+            batch = await receiving.receive_batch(connection, self._pipeline.local_address,
+                                                  self.batch_size)
+            if not batch:
+                await connection.execute("COMMIT")  # expired rows deleted on the way
+                return EMPTY
+            return await OptimisticBatch(self._pipeline, self._pool, connection,
+                                         counts).process(batch)
+        except BaseException:
+            await rollback_quietly(connection)
+            raise
 
     async def _process_batch(self, connection: DatabaseConnection, committed: list[Unit]) -> Round:
         """Each message of the batch through the chain; ``committed`` gets the units of those

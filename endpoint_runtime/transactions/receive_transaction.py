@@ -84,13 +84,19 @@ def charge_or_raise(
             or not isinstance(received, TransportMessage)
             or isinstance(exc, RecoverabilityFailedError) or is_lost(connection)):
         raise exc
+    raise_if_counts_refused(exc)
+    unit.rolled_back(exc)
+
+
+def raise_if_counts_refused(exc: BaseException) -> None:
+    """Raise :class:`CommittedCountsFailedError` when ``exc`` is the database's refusal of
+    the committed-counts table: a set-up fault, never a message's failure."""
     refusal = counts_refusal(exc)
     if refusal is not None:
         raise CommittedCountsFailedError(
             f"the committed counts could not be written ({refusal}): run `endpoint-runtime "
             f"db install` for this endpoint, or grant its role the table (db grants)"
         ) from exc
-    unit.rolled_back(exc)
 
 
 def counts_refusal(exc: BaseException) -> str | None:
@@ -131,8 +137,13 @@ async def commit_and_begin(
     try:
         await connection.execute(f"{first}; {COMMIT_AND_BEGIN}" if first else COMMIT_AND_BEGIN)
     except asyncpg.UndefinedTableError as exc:
-        missing = _MISSING_RELATION.search(str(exc))
-        raise QueueNotFoundError(missing.group(1) if missing else str(exc)) from exc
+        raise queue_not_found(exc) from exc
+
+
+def queue_not_found(exc: asyncpg.UndefinedTableError) -> QueueNotFoundError:
+    """A send's "relation does not exist" as the missing queue's error."""
+    missing = _MISSING_RELATION.search(str(exc))
+    return QueueNotFoundError(missing.group(1) if missing else str(exc))
 
 
 async def end_carried_transaction(connection: DatabaseConnection) -> None:
