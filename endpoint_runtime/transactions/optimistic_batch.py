@@ -100,6 +100,10 @@ class OptimisticBatch:
     """One batch's transaction from its received rows to its COMMIT (see the module
     docstring); used once."""
 
+    bisect_every_failure = False
+    """Search every failure by bisection, also one that shows at its own message: set only by
+    the benchmark that compares the two recoveries (``benchmarks.optimistic_recovery``)."""
+
     def __init__(self, pipeline: Pipeline, pool: asyncpg.Pool, connection: DatabaseConnection,
                  counts: SlotCounts) -> None:
         self._pipeline = pipeline
@@ -177,7 +181,8 @@ class OptimisticBatch:
             if outcome is Outcome.FAILED:
                 error = unit.failure
                 assert error is not None, "a tentative unit keeps its failure"
-                own_failure = not shows_an_aborted_transaction(error)
+                own_failure = not (self.bisect_every_failure
+                                   or shows_an_aborted_transaction(error))
                 if own_failure and not self.message_wrote:
                     self._charge(received, unit, error)  # nothing of it to undo
                     continue
