@@ -3,10 +3,11 @@
 A batch (``transactions.batched``, ``batch_isolation="optimistic"``) is received in one
 transaction: BEGIN; DELETE up to N rows. Its messages then go through the chain one after the
 other in that transaction, with no savepoint of their own; their sends wait in memory. The end
-is one simple query: the sends, the slot's committed count, ``SET CONSTRAINTS ALL IMMEDIATE``
-(a deferred constraint fails there, before COMMIT, while the transaction can still be rolled
-back in part), ``COMMIT; BEGIN``. A batch without failures costs its handlers' statements plus
-three round trips: the receive, the checkpoint and the end.
+is one simple query: a single send (several go just before it, one INSERT per destination),
+the slot's committed count, ``SET CONSTRAINTS ALL IMMEDIATE`` (a deferred constraint fails
+there, before COMMIT, while the transaction can still be rolled back in part), ``COMMIT;
+BEGIN``. A batch without failures costs its handlers' statements plus three or four round
+trips: the receive, the checkpoint, the sends and the end.
 
 The **checkpoint** is a savepoint taken after the DELETE, on the first database use of the
 batch's messages (handlers, recoverability's moves), and moved past work found good. When a
@@ -209,7 +210,15 @@ class OptimisticBatch:
     async def _end(self, outgoing: BufferedDispatcher, *, final: bool) -> None:
         """The run's sends and checks in one query; with COMMIT when ``final``."""
         connection = self._connection
-        sends = await outgoing.flush_before_commit(connection)
+        sends = ""
+        if len(outgoing.pending) + len(outgoing.pending_delayed) > 1:
+            # One INSERT per destination (arrays, binary): cheaper than a literal EXECUTE per
+            # message, and a round trip shared by the run's messages. After the checkpoint,
+            # so that a send that fails can be searched for.
+            await self._touch()
+            await outgoing.flush(connection)
+        else:
+            sends = await outgoing.flush_before_commit(connection)
         if final:
             if self.retry:  # after the checkpoint: a rollback to it undoes them for the next end
                 await self._touch()
