@@ -173,8 +173,10 @@ class OptimisticBatch:
         """Each message through the chain, then the end; where it failed, if it did (the
         units of the run are left in ``running`` for :meth:`_roll_back`)."""
         outgoing = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
+        own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)  # each message's
         for index, received in enumerate(messages):
-            own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
+            own.pending.clear()
+            own.pending_delayed.clear()
             unit = Unit(self._executor, own, self._handler_connection)
             unit.tentative = True
             self.message_wrote = False
