@@ -27,6 +27,7 @@ from endpoint_runtime.transactions.receive_transaction import (
     begin_unless_carried,
     end_carried_transaction,
     joined,
+    raise_if_counts_refused,
     rollback_quietly,
 )
 from endpoint_runtime.transactions.savepoint_batch import SavepointBatch
@@ -133,6 +134,7 @@ class BatchedSlot(ReceiveSlot):
             self.single_rounds_left = self._strategy.batch_size
             if not isinstance(exc, Exception) or is_lost(self.connection):
                 raise
+            raise_if_counts_refused(exc)  # a set-up fault: one by one would fail the same
             log.warning("batch_rolled_back", error=f"{type(exc).__name__}: {exc}"[:500])
         # The receiver ends a slot whose round raises, and the one-by-one rounds with it: a
         # batch that cannot commit would come back as a batch for ever. The first one-by-one
