@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from typing import TypeVar
 
 import asyncpg
 
@@ -41,6 +42,8 @@ from endpoint_runtime.transport.connection import (
     in_transaction,
     is_lost,
 )
+
+_Failure = TypeVar("_Failure", bound=BaseException)
 
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
 # Before a handled message's COMMIT: fails in an aborted transaction, whose COMMIT PostgreSQL
@@ -91,12 +94,20 @@ def charge_or_raise(
 def raise_if_counts_refused(exc: BaseException) -> None:
     """Raise :class:`CommittedCountsFailedError` when ``exc`` is the database's refusal of
     the committed-counts table: a set-up fault, never a message's failure."""
+    fault = counts_fault(exc)
+    if fault is not exc:
+        raise fault from exc
+
+
+def counts_fault(exc: _Failure) -> _Failure | CommittedCountsFailedError:
+    """``exc`` as :class:`CommittedCountsFailedError` (naming the fix) when it is the
+    database's refusal of the committed-counts table, else ``exc``."""
     refusal = counts_refusal(exc)
-    if refusal is not None:
-        raise CommittedCountsFailedError(
-            f"the committed counts could not be written ({refusal}): run `endpoint-runtime "
-            f"db install` for this endpoint, or grant its role the table (db grants)"
-        ) from exc
+    if refusal is None:
+        return exc
+    return CommittedCountsFailedError(
+        f"the committed counts could not be written ({refusal}): run `endpoint-runtime "
+        f"db install` for this endpoint, or grant its role the table (db grants)")
 
 
 def counts_refusal(exc: BaseException) -> str | None:
