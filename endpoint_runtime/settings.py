@@ -257,6 +257,12 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
         min_receivers: receivers kept while the queue is idle (0 = wake on demand).
         batch_size: 1 receives one message per transaction; N > 1 enables batched atomic
             receive (atomic mode only): up to N messages per transaction, one commit.
+        batch_isolation: how a batch keeps one message's failure from the others:
+            ``"optimistic"`` (default) runs the handlers without a savepoint per message and,
+            when one fails, rolls the batch back and runs it again without that message;
+            ``"savepoint"`` takes a savepoint per message that uses the database (for
+            handlers that must catch database errors without savepoints of their own; see
+            docs/handlers.md).
         immediate_retries: attempts after the first before delayed retries (default 5;
             0 and not settable with ``TransactionMode.NONE``).
         delayed_retries: re-deliveries after a delay once immediate retries are used up
@@ -295,6 +301,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     slots_per_receiver: int = 4
     min_receivers: int = 1
     batch_size: int = 1
+    batch_isolation: Literal["optimistic", "savepoint"] = "optimistic"
     immediate_retries: int | None = None
     delayed_retries: int | None = None
     delayed_retry_delay: float = 10.0
@@ -336,6 +343,9 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             raise ConfigurationError("min_receivers cannot be negative")
         if self.batch_size < 1:
             raise ConfigurationError("batch_size must be at least 1")
+        if self.batch_isolation not in ("optimistic", "savepoint"):
+            raise ConfigurationError(f"unknown batch_isolation {self.batch_isolation!r}; "
+                                     "choose optimistic or savepoint")
         rules = rules_of(mode)
         if self.batch_size > 1 and not rules.batching:
             raise ConfigurationError(

@@ -41,3 +41,28 @@ receive_only.register(record)
 outbox = Endpoint("scaleout_outbox", transaction_mode="receive_only")
 outbox.enable_outbox()
 outbox.register(record)
+
+
+FAILING_EVERY = 100
+"""The 1%-failing sides: the message whose key is the last of each hundred fails on every
+attempt, after its write (so its batch has work to roll back)."""
+
+
+class JobFailedError(Exception):
+    """The failure of a failing side's message (every attempt)."""
+
+
+def fails(key: int) -> bool:
+    return key % FAILING_EVERY == FAILING_EVERY - 1
+
+
+async def record_or_fail(message: Job, context: HandlerContext) -> None:
+    """:func:`record`, then the failure of one message in a hundred."""
+    await record(message, context)
+    if fails(message.key):
+        raise JobFailedError(f"job {message.key} fails on every attempt")
+
+
+# Default immediate retries (5), delayed retries off: 6 attempts, then the error queue.
+failing = Endpoint("scaleout_failing", delayed_retries=0)
+failing.register(record_or_fail)

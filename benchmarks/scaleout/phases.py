@@ -12,6 +12,7 @@ from typing import Any
 
 from benchmarks.common import median, progress
 from benchmarks.scaleout.harness import alternate, per_side
+from benchmarks.scaleout.lean_optimistic import LeanOptimisticSide
 from benchmarks.scaleout.limits import LeanLoopSide, PgbenchSide
 from benchmarks.scaleout.notify import NotifySide, notify_ratios
 from benchmarks.scaleout.pgbench_sender import PgbenchSenderSide
@@ -35,8 +36,10 @@ def drain_sides() -> list[Side]:
     from benchmarks.scaleout.peers import peer_sides
 
     return [*runtime_sides(), LeanLoopSide("lean_asyncpg"),
-            LeanLoopSide("lean_asyncpg_batched_50", per_commit=50), PgbenchSide(),
-            *peer_sides(quick=True)]
+            LeanLoopSide("lean_asyncpg_batched_50", per_commit=50),
+            LeanOptimisticSide("lean_asyncpg_optimistic_50"),
+            LeanOptimisticSide("lean_asyncpg_optimistic_50_failing_1pct", failing=True),
+            PgbenchSide(), *peer_sides(quick=True)]
 
 
 def sweep_sides() -> list[Side]:

@@ -43,6 +43,7 @@ POLL_S = 0.01
 ENDPOINTS = "benchmarks.scaleout.endpoints"
 ATOMIC = f"{ENDPOINTS}:atomic"
 COUNT_ROWS = "SELECT count(*) FROM scaleout_sink"
+ERROR_QUEUE = QueueAddress("error").qualified
 
 
 def job_messages(count: int, body_bytes: int, clock: DatabaseClock) -> list[OutgoingMessage]:
@@ -53,15 +54,17 @@ def job_messages(count: int, body_bytes: int, clock: DatabaseClock) -> list[Outg
             for key in range(count)]
 
 
-async def wait_for_rows(pool: asyncpg.Pool, expected: int, limit_s: float) -> float:
-    """Poll the sink until it holds ``expected`` rows; the time it did (perf_counter)."""
+async def wait_for_rows(pool: asyncpg.Pool, expected: int, limit_s: float,
+                        count: str = COUNT_ROWS) -> float:
+    """Poll the sink until it holds ``expected`` rows (``count``: the query that counts
+    them); the time it did (perf_counter)."""
     deadline = time.perf_counter() + limit_s
     while True:
-        if await pool.fetchval(COUNT_ROWS) >= expected:
+        if await pool.fetchval(count) >= expected:
             return time.perf_counter()
         if time.perf_counter() > deadline:
-            count = await pool.fetchval(COUNT_ROWS)
-            raise TimeoutError(f"sink holds {count} of {expected} rows after {limit_s:.0f} s")
+            held = await pool.fetchval(count)
+            raise TimeoutError(f"sink holds {held} of {expected} rows after {limit_s:.0f} s")
         await asyncio.sleep(POLL_S)
 
 
@@ -148,15 +151,25 @@ class RuntimeSide:
             finally:
                 await pool.close()
 
+    failing: bool = False
+    """The endpoint fails one message in a hundred on every attempt: the drain ends when the
+    sink holds the others and the error queue those (``handled`` counts both)."""
+
     async def drain(self, dsn: str, load: Load) -> DrainResult:
         """Deploy, make the backlog visible in one commit, time until the sink is full."""
         async with self.deployed(dsn, load) as running:
             messages = job_messages(load.messages, load.body_bytes, running.clock)
             visible = await load_backlog(running.pool, running.queue, messages)
-            done = await wait_for_rows(running.pool, load.messages, 60 + load.messages / 50)
+            count = COUNT_ROWS
+            if self.failing:
+                count = f"SELECT ({COUNT_ROWS}) + (SELECT count(*) FROM {ERROR_QUEUE})"
+            done = await wait_for_rows(running.pool, load.messages, 60 + load.messages / 50,
+                                       count)
             figures = await running.placement()
             await running.stop()
             handled, duplicates = await running.counted()
+            if self.failing:
+                handled += await running.pool.fetchval(f"SELECT count(*) FROM {ERROR_QUEUE}")
         return DrainResult(self.name, self.config, load, done - visible, handled, duplicates,
                            figures)
 
@@ -183,9 +196,10 @@ class RuntimeSide:
 
 
 def runtime_sides(batch_sizes: tuple[int, ...] = (10, 50, 200),
-                  include: tuple[str, ...] = ("single", "batched", "receive_only",
-                                              "outbox")) -> list[RuntimeSide]:
-    """The runtime's modes as sides: single-message atomic, batched atomic per batch size,
+                  include: tuple[str, ...] = ("single", "batched", "batched_variants",
+                                              "receive_only", "outbox")) -> list[RuntimeSide]:
+    """The runtime's modes as sides: single-message atomic, batched atomic per batch size
+    (optimistic), batched 50 with a savepoint per message and with 1% of messages failing,
     receive-only and the outbox."""
     sides: list[RuntimeSide] = []
     if "single" in include:
@@ -193,6 +207,11 @@ def runtime_sides(batch_sizes: tuple[int, ...] = (10, 50, 200),
     if "batched" in include:
         sides += [RuntimeSide(f"runtime_batched_{size}", ATOMIC, {"batch_size": size})
                   for size in batch_sizes]
+    if "batched_variants" in include:
+        sides += [RuntimeSide("runtime_batched_50_savepoint", ATOMIC,
+                              {"batch_size": 50, "batch_isolation": "savepoint"}),
+                  RuntimeSide("runtime_batched_50_failing_1pct", f"{ENDPOINTS}:failing",
+                              {"batch_size": 50}, failing=True)]
     if "receive_only" in include:
         sides.append(RuntimeSide("runtime_receive_only", f"{ENDPOINTS}:receive_only"))
     if "outbox" in include:

@@ -89,10 +89,16 @@ class Unit:
     that, what the chain did is here for the strategy to count with its COMMIT: ``handled``
     (the handlers ran and every step after them returned), ``moved_to_error`` (the message, or
     a poison row, went to the error queue).
+
+    ``tentative`` (an optimistic batch, ``transactions.optimistic_batch``): a failure is not
+    counted by the chain when it is raised; it is kept in ``failure``, and the strategy
+    counts it (:meth:`charge_failure`) only once it found that the message's own run fails,
+    else drops the attempt (:meth:`rolled_back`).
     """
 
-    __slots__ = ("_on_commit", "_on_rollback", "connection", "dispatcher", "executor",
-                 "handled", "moved_to_error", "retries", "spare")
+    __slots__ = ("_charge", "_on_commit", "_on_rollback", "connection", "dispatcher",
+                 "executor", "failure", "handled", "moved_to_error", "retries", "spare",
+                 "tentative")
 
     def __init__(
         self, executor: Executor, dispatcher: OutgoingDispatcher,
@@ -106,6 +112,9 @@ class Unit:
         self.spare = spare
         self.handled = False
         self.moved_to_error = False
+        self.tentative = False
+        self.failure: BaseException | None = None
+        self._charge: Callable[[], object] | None = None
         self._on_commit: list[Callable[[], None]] | None = None
         self._on_rollback: list[Callable[[BaseException | None], None]] | None = None
 
@@ -121,6 +130,17 @@ class Unit:
         if self._on_rollback is None:
             self._on_rollback = []
         self._on_rollback.append(hook)
+
+    def keep_failure(self, failure: BaseException, charge: Callable[[], object]) -> None:
+        """A tentative unit's failure, and how to count it if it proves the message's own."""
+        self.failure, self._charge = failure, charge
+
+    def charge_failure(self) -> None:
+        """Count the kept failure as the message's failed attempt, then roll back."""
+        charge, self._charge = self._charge, None
+        if charge is not None:
+            charge()
+        self.rolled_back()
 
     def committed(self) -> None:
         hooks, self._on_commit, self._on_rollback = self._on_commit, None, None

@@ -34,5 +34,6 @@ def strategy_for(
     if mode is TransactionMode.RECEIVE_ONLY:
         return receive_only_strategy(pipeline, pool)
     if settings.batch_size > 1:
-        return BatchedAtomicStrategy(pipeline, pool, settings.batch_size)
+        return BatchedAtomicStrategy(pipeline, pool, settings.batch_size,
+                                     settings.batch_isolation)
     return atomic_strategy(pipeline, pool)

@@ -22,11 +22,13 @@ from __future__ import annotations
 
 import contextlib
 import re
+from typing import TypeVar
 
 import asyncpg
 
 from endpoint_runtime.chain.pipeline import Outcome, Unit
 from endpoint_runtime.errors import (
+    CommittedCountsFailedError,
     QueueNotFoundError,
     RecoverabilityFailedError,
 )
@@ -40,6 +42,8 @@ from endpoint_runtime.transport.connection import (
     is_lost,
 )
 from endpoint_runtime.wire.messages import TransportMessage
+
+_Failure = TypeVar("_Failure", bound=BaseException)
 
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
 # Before a handled message's COMMIT: fails in an aborted transaction, whose COMMIT PostgreSQL
@@ -83,10 +87,22 @@ def charge_or_raise(
             or not isinstance(received, TransportMessage)
             or isinstance(exc, RecoverabilityFailedError) or is_lost(connection)):
         raise exc
-    refusal = counts_refused(exc)
-    if refusal is not None:
-        raise refusal from exc
+    raise_if_counts_refused(exc)
     unit.rolled_back(exc)
+
+
+def raise_if_counts_refused(exc: BaseException) -> None:
+    """Raise :class:`CommittedCountsFailedError` when ``exc`` is the database's refusal of
+    the committed-counts table: a set-up fault, never a message's failure."""
+    fault = counts_fault(exc)
+    if fault is not exc:
+        raise fault from exc
+
+
+def counts_fault(exc: _Failure) -> _Failure | CommittedCountsFailedError:
+    """``exc`` as :class:`CommittedCountsFailedError` (naming the fix) when it is the
+    database's refusal of the committed-counts table, else ``exc``."""
+    return counts_refused(exc) or exc
 
 
 def settled(unit: Unit, outcome: Outcome) -> Round:
@@ -113,8 +129,13 @@ async def commit_and_begin(
     try:
         await connection.execute(f"{first}; {COMMIT_AND_BEGIN}" if first else COMMIT_AND_BEGIN)
     except asyncpg.UndefinedTableError as exc:
-        missing = _MISSING_RELATION.search(str(exc))
-        raise QueueNotFoundError(missing.group(1) if missing else str(exc)) from exc
+        raise queue_not_found(exc) from exc
+
+
+def queue_not_found(exc: asyncpg.UndefinedTableError) -> QueueNotFoundError:
+    """A send's "relation does not exist" as the missing queue's error."""
+    missing = _MISSING_RELATION.search(str(exc))
+    return QueueNotFoundError(missing.group(1) if missing else str(exc))
 
 
 async def end_carried_transaction(connection: DatabaseConnection) -> None:

@@ -252,24 +252,25 @@ async def test_time_to_be_received_counts_from_the_send_not_from_the_transaction
 async def test_a_batch_that_cannot_commit_rolls_back_and_its_messages_go_one_by_one(
     transport: PostgresTransport,
 ) -> None:
-    """One message of the batch breaks a deferred constraint: the batch's COMMIT fails, the
-    batch rolls back whole, and the next rounds take its messages one at a time, so that only
-    that message fails."""
-    from tests.support.atomic_endpoints import ledger_batched
+    """With a savepoint per message: one message of the batch breaks a deferred constraint,
+    the batch's COMMIT fails, the batch rolls back whole, and the next rounds take its
+    messages one at a time, so that only that message fails. (Optimistic batches find it
+    before the COMMIT: tests/integration/test_optimistic_batches.py.)"""
+    from tests.support.atomic_endpoints import ledger_batched_savepoints as endpoint
 
     await prepare(transport)
-    await transport.create_queue("ledger_batched")
-    strategy = ledger_batched.create_strategy(ledger_batched.create_pipeline(), transport.pool,
-                                              ledger_batched.settings)
+    await transport.create_queue(endpoint.name)
+    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
+                                        endpoint.settings)
     for job in (Job(1), Job(2, "deferred_violation"), Job(3)):
-        await transport.send("ledger_batched", create_outgoing(job))
+        await transport.send(endpoint.name, create_outgoing(job))
 
     async with transport.pool.acquire() as connection:
         slot = strategy.open_slot(connection)
         # The batch rolls back whole and, in the same round, its first message goes alone (a
         # round that raised would end the slot in a receiver, and its one-by-one rounds too).
         assert await slot.round() == Round(taken=1, handled=1)
-        assert await transport.depth("ledger_batched") == 2
+        assert await transport.depth(endpoint.name) == 2
         while (await slot.round()).taken:
             pass
         await slot.close()

@@ -62,3 +62,8 @@ async def work(message: Job, context: HandlerContext) -> None:
 ledger_batched = Endpoint("ledger_batched", batch_size=4, immediate_retries=0,
                           delayed_retries=0)
 ledger_batched.register(work)
+
+ledger_batched_savepoints = Endpoint("ledger_batched_savepoints", batch_size=4,
+                                     batch_isolation="savepoint", immediate_retries=0,
+                                     delayed_retries=0)
+ledger_batched_savepoints.register(work)

@@ -35,7 +35,9 @@ def test_per_side_reports_the_median_and_the_spread() -> None:
 def test_targets_name_every_ratio_of_the_issue() -> None:
     assert set(target_ratios({})) == {
         "batched_vs_pgqueuer_best", "single_vs_pgqueuer_best", "single_vs_procrastinate_default",
-        "single_vs_lean_asyncpg", "batched_vs_lean_asyncpg_batched", "single_vs_pgbench"}
+        "single_vs_lean_asyncpg", "batched_vs_lean_asyncpg_batched", "single_vs_pgbench",
+        "batched_vs_lean_asyncpg_optimistic", "batched_failing_1pct_vs_batched",
+        "lean_failing_1pct_vs_lean_optimistic", "batched_savepoint_vs_lean_asyncpg_batched"}
 
 
 def test_the_table_replaces_only_what_lies_between_its_markers(tmp_path: Path) -> None:

@@ -181,6 +181,17 @@ class FailedMessages:
             self._cut(next(iter(self._uncut)))
         return self._failures[native_id]
 
+    def restore(self, native_id: uuid.UUID, failure: Failure | None) -> None:
+        """Put back a record that a move, since rolled back, forgot (unless a newer one is
+        there)."""
+        if failure is None or native_id in self._failures:
+            return
+        self._failures[native_id] = failure
+        self._uncut[native_id] = None
+        self.text_size += _text_size(failure)
+        if len(self._failures) > self._capacity:
+            self._drop(next(iter(self._failures)))
+
     def forget(self, native_id: uuid.UUID) -> None:
         if self._failures:
             self._drop(native_id)

@@ -89,18 +89,26 @@ class RecoverabilityStep:
             return
         decision = self.pending_decision(message)
         if decision is not None:
+            failure = self.failures.get(message.native_id)
             unit.moved_to_error = await self.apply_decision(unit.executor, message, decision)
             context.recoverability_action = (Action.ERROR_QUEUE if unit.moved_to_error
                                              else decision.action)
             context.outcome = Outcome.CONSUMED
+            # A move that rolls back is decided again when the message comes back.
+            unit.after_rollback(lambda _: self.failures.restore(message.native_id, failure))
             return
         try:
             await next(context)
         except Exception as exc:
             if isinstance(exc, RecoverabilityFailedError) or self._transport_failed(context, exc):
                 raise
-            self.failed(message, exc, context.limits, context)
             context.outcome = Outcome.FAILED
+            if unit.tentative:  # counted by the strategy if the failure proves the message's
+                context.failure = exc
+                unit.keep_failure(exc, functools.partial(self.failed, message, exc,
+                                                         context.limits, context))
+                return
+            self.failed(message, exc, context.limits, context)
             if not unit.retries:  # the message is gone from the queue: nothing can retry it
                 unit.moved_to_error = await self.give_up(unit.executor, message)
                 context.recoverability_action = (Action.ERROR_QUEUE if unit.moved_to_error
