@@ -5,6 +5,7 @@ Example::
     endpoint-runtime sagas list                           # saga tables and their instances
     endpoint-runtime sagas list sales_OrderFulfilment     # the instances of one saga type
     endpoint-runtime sagas show sales_OrderFulfilment --correlation o-17
+    endpoint-runtime sagas show OrderFulfilment --correlation o-17  # the saga's name alone
 
 A saga table is found by its columns (NServiceBus SQL persistence's layout), so the command
 needs no endpoint module. Completed instances are deleted (as NServiceBus does): they are in
@@ -16,14 +17,17 @@ from __future__ import annotations
 import argparse
 
 from endpoint_runtime.chain.sagas.storage import (
+    SagaTable,
     find_saga_tables,
     list_instances,
     stored_table,
 )
 from endpoint_runtime.cli.common import EXIT_FAILED, EXIT_OK, printable
 from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 DATA_WIDTH = 60
 
@@ -38,13 +42,15 @@ def add_parser(
         "list", parents=[common],
         help="saga tables and their instance counts, or the instances of TYPE")
     listing.add_argument("type", nargs="?", metavar="TYPE",
-                         help="a saga table, [schema.]<endpoint>_<SagaName>")
+                         help="a saga table, [schema.]<endpoint>_<SagaName>, or <SagaName> "
+                              "when one endpoint has it")
     listing.add_argument("--schema", default=None, help="only this schema (default: all)")
     listing.add_argument("--limit", type=int, default=100, help="most instances shown")
     listing.set_defaults(handler=sagas_list)
     show = saga_commands.add_parser("show", parents=[common],
                                     help="one instance's state and metadata")
-    show.add_argument("type", metavar="TYPE")
+    show.add_argument("type", metavar="TYPE",
+                      help="a saga table, [schema.]<endpoint>_<SagaName>, or <SagaName>")
     which = show.add_mutually_exclusive_group(required=True)
     which.add_argument("--correlation", metavar="VALUE", help="its correlation value")
     which.add_argument("--id", metavar="SAGA_ID", help="its saga id")
@@ -66,7 +72,7 @@ async def sagas_list(args: argparse.Namespace, settings: TransportSettings) -> i
                 column = printable(found.correlation_column or "-")
                 print(f"{name:<{width}}  {found.instances:>10}  {column}")
             return EXIT_OK
-        table = await stored_table(connection, _address(args.type, settings))
+        table = await saga_table(connection, args.type, settings)
         instances = await list_instances(connection, table, limit=args.limit)
     if not instances:
         print(f"no live instances in {printable(str(table.address))}")
@@ -84,7 +90,7 @@ async def sagas_list(args: argparse.Namespace, settings: TransportSettings) -> i
 async def sagas_show(args: argparse.Namespace, settings: TransportSettings) -> int:
     async with PostgresTransport.connect(settings) as transport, \
             transport.pool.acquire() as connection:
-        table = await stored_table(connection, _address(args.type, settings))
+        table = await saga_table(connection, args.type, settings)
         found = await list_instances(connection, table, limit=1, correlation=args.correlation,
                                      saga_id=args.id)
     if not found:
@@ -105,3 +111,28 @@ async def sagas_show(args: argparse.Namespace, settings: TransportSettings) -> i
 
 def _address(name: str, settings: TransportSettings) -> QueueAddress:
     return QueueAddress.parse(name, settings.schema)
+
+
+async def saga_table(connection: DatabaseConnection, name: str,
+                     settings: TransportSettings) -> SagaTable:
+    """``name`` as a saga table (``[schema.]<endpoint>_<SagaName>``, NServiceBus's table
+    name), else as a saga's name alone: the one table, in any schema, named
+    ``<endpoint>_<name>``. Several endpoints with that saga, or none: ``ConfigurationError``
+    naming what there is."""
+    address = _address(name, settings)
+    try:
+        return await stored_table(connection, address)
+    except ConfigurationError:
+        if "." in name:
+            raise
+    suffix = f"_{name}"
+    matches = [found.address for found in await find_saga_tables(connection)
+               if found.address.table.endswith(suffix)]
+    if len(matches) == 1:
+        return await stored_table(connection, matches[0])
+    if matches:
+        tables = ", ".join(sorted(printable(str(m)) for m in matches))
+        raise ConfigurationError(f"saga {printable(name)!r} has a table in several endpoints "
+                                 f"({tables}): name one")
+    raise ConfigurationError(f"{printable(str(address))} is not a saga table, nor is any "
+                             f"<endpoint>_{printable(name)} (see: endpoint-runtime sagas list)")

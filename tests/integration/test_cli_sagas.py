@@ -66,5 +66,26 @@ def test_a_table_that_is_no_saga_table_is_refused(cli: Cli, db: Database) -> Non
     refused = cli("sagas", "list", "orders")
     assert refused.code == 2
     assert refused.err.strip() == (
-        "endpoint-runtime: error: public.orders is not a saga table "
-        "(see: endpoint-runtime sagas list)")
+        "endpoint-runtime: error: public.orders is not a saga table, nor is any "
+        "<endpoint>_orders (see: endpoint-runtime sagas list)")
+
+
+def test_a_saga_is_named_by_its_name_alone_when_one_endpoint_has_it(
+        cli: Cli, db: Database) -> None:
+    """As docs/sagas.md shows it: ``sagas show OrderSaga`` finds fulfilment_OrderSaga; with
+    a second endpoint's table of that saga, the name alone is refused naming both."""
+    run_saga(db, Placed("o-1"))
+    by_table = cli("sagas", "show", "fulfilment_OrderSaga", "--correlation", "o-1")
+    by_name = cli("sagas", "show", "OrderSaga", "--correlation", "o-1")
+    assert by_name.code == 0, by_name.err
+    assert by_name.out == by_table.out
+    assert cli("sagas", "list", "OrderSaga").out == cli(
+        "sagas", "list", "fulfilment_OrderSaga").out
+
+    db.execute('CREATE TABLE "returns_OrderSaga" (LIKE "fulfilment_OrderSaga" INCLUDING ALL)')
+    ambiguous = cli("sagas", "show", "OrderSaga", "--correlation", "o-1")
+    assert ambiguous.code == 2
+    assert ambiguous.err.strip() == (
+        "endpoint-runtime: error: saga 'OrderSaga' has a table in several endpoints "
+        "(public.fulfilment_OrderSaga, public.returns_OrderSaga): name one")
+    assert cli("sagas", "show", "returns_OrderSaga", "--correlation", "o-1").code == 1
