@@ -313,6 +313,41 @@ async def test_an_optimistic_conflict_fails_the_attempt_and_the_retry_reads_afre
     await all_consumed(transport)
 
 
+@pytest.mark.parametrize("isolation", ["optimistic", "savepoint"])
+async def test_a_conflict_in_the_middle_of_a_batch_charges_only_the_conflicting_message(
+    transport: PostgresTransport, isolation: str,
+) -> None:
+    """A batch of four: two new instances, the conflicting ``Bump`` of o-1, a third new
+    instance. The conflict fails only the bump (one failed attempt, retried onto the new
+    state); the other three instances are created once each (Concurrency 1: a replayed
+    message's first save was rolled back, never doubled) and nothing goes to the error queue."""
+    endpoint = await prepared(transport, saga_endpoint("batched", batch_isolation=isolation))
+    await send(transport, Placed("o-1"))
+    await drain(transport, endpoint)
+    for message in (Placed("o-2"), Placed("o-3"), Bump("o-1", hold=True), Placed("o-4")):
+        await send(transport, message)
+    async with transport.pool.acquire() as holder:
+        await holder.execute("SELECT pg_advisory_lock($1)", HOLD_KEY)
+        with capture_logs() as logs:
+            draining = asyncio.create_task(drain(transport, endpoint))
+            await until_waiting(transport, 1)
+            await transport.pool.execute(
+                f"""UPDATE {TABLE.qualified} SET "Concurrency" = "Concurrency" + 1,
+                    "Data" = jsonb_set("Data", '{{bumps}}', '100')
+                    WHERE "Correlation_order_id" = 'o-1'""")
+            await holder.execute("SELECT pg_advisory_unlock($1)", HOLD_KEY)
+            await draining
+
+    assert [(row["Correlation_order_id"], row["Concurrency"]) for row in await rows(transport)] \
+        == [("o-1", 3), ("o-2", 1), ("o-3", 1), ("o-4", 1)]
+    assert await state_of(transport, "o-1") == OrderState(order_id="o-1", placed=True,
+                                                          bumps=101)
+    failures = [e for e in logs if e["event"] == "message_failed"]
+    assert len(failures) == 1, failures
+    assert "SagaConcurrencyError" in failures[0]["error"]
+    await all_consumed(transport)
+
+
 async def test_a_redelivered_message_changes_the_state_once_with_the_outbox(
     transport: PostgresTransport,
 ) -> None:
