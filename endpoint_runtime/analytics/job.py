@@ -20,9 +20,8 @@ from __future__ import annotations
 import fcntl
 import math
 import shutil
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -91,7 +90,7 @@ def _partitions(count: int) -> str:
 
 
 @contextmanager
-def _exclusive(out: Path, progress: Progress) -> Iterator[None]:
+def exclusive(out: Path, progress: Progress) -> Iterator[None]:
     """One writer per output directory at a time: a nightly run and a round of ``--follow``
     wait for each other, they never interleave."""
     out.mkdir(parents=True, exist_ok=True)
@@ -113,7 +112,7 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
     prerequisites = check(target.unix_socket)
     progress = progress or Progress(total=STAGES)
     out = options.out.resolve()
-    with _exclusive(out, progress):
+    with exclusive(out, progress):
         with progress.stage("spark", "starting Spark"):
             spark = spark or session.start(options.master, prerequisites, options.conf)
         address = session.ui_address(spark)
@@ -168,27 +167,6 @@ def _expire(out: Path, dropped: list[str], keep_days: int | None) -> None:
                 shutil.rmtree(folder)
 
 
-def follow(options: ReportOptions, interval: float, spark: SparkSession | None = None,
-           rounds: int | None = None,
-           after_round: Callable[[ReportResult], None] | None = None) -> ReportResult:
-    """``--follow``: incremental runs every ``interval`` seconds in one warm Spark session
-    (micro-batches over the extract), until interrupted or ``rounds`` have run; each round
-    publishes the days it touched and moves the horizon like a nightly run."""
-    if options.ad_hoc:
-        raise ConfigurationError("--follow keeps a horizon: it takes no --since/--until")
-    done = 0
-    while True:
-        started = time.monotonic()
-        result = run(options, spark)
-        spark = spark or SparkSession.getActiveSession()
-        done += 1
-        if after_round is not None:
-            after_round(result)
-        if rounds is not None and done >= rounds:
-            return result
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
-
-
 def _ad_hoc(reader: Reader, result: ReportResult,
             progress: Progress) -> tuple[Inputs, None, None]:
     if (result.out / "extract" / extract.MANIFEST).exists():
@@ -202,7 +180,7 @@ def _ad_hoc(reader: Reader, result: ReportResult,
     _say_read(progress, result, audit.rows, audit.partitions, errors.rows, errors.partitions)
     audit_frame = audit.frame.withColumn("day", day("processing_ended"))
     error_frame = errors.frame.withColumn("day", day("time_of_failure"))
-    result.null_counts = _survey_rows(audit_frame, error_frame)[1]
+    result.null_counts = survey_rows(audit_frame, error_frame)[1]
     return Inputs(audit=audit_frame, errors=error_frame), None, None
 
 
@@ -248,12 +226,20 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
     def frame(table: Table, name: str, files: list[str]) -> DataFrame:
         return extract.read(spark, root, name, table.schema, files)
 
-    old_audit = frame(AUDIT_LOG, "audit", manifest.files["audit"])
-    old_errors = frame(ERROR_LOG, "errors", manifest.files["errors"])
-    new_audit = frame(AUDIT_LOG, "audit", new_files["audit"])
-    new_errors = frame(ERROR_LOG, "errors", new_files["errors"])
-    days, new_nulls = _survey_rows(new_audit, new_errors) if any(new_files.values()) else (
-        set(), {})
+    # Files the live mode streamed in (their minutes are current, their days not yet
+    # recomputed) count as new here.
+    pending = {name: set(manifest.pending.get(name, [])) for name in extract.TABLES}
+    old_audit = frame(AUDIT_LOG, "audit", [f for f in manifest.files["audit"]
+                                           if f not in pending["audit"]])
+    old_errors = frame(ERROR_LOG, "errors", [f for f in manifest.files["errors"]
+                                             if f not in pending["errors"]])
+    days, new_nulls = survey_rows(frame(AUDIT_LOG, "audit", new_files["audit"]),
+                                  frame(ERROR_LOG, "errors", new_files["errors"])) \
+        if any(new_files.values()) else (set(), {})
+    days |= manifest.pending_days()
+    new_audit = frame(AUDIT_LOG, "audit", [*manifest.pending["audit"], *new_files["audit"]])
+    new_errors = frame(ERROR_LOG, "errors", [*manifest.pending["errors"],
+                                             *new_files["errors"]])
     manifest = manifest.advanced(horizon, new_files, new_nulls)
     result.null_counts = dict(manifest.null_counts)
     inputs = Inputs(audit=old_audit.unionByName(new_audit),
@@ -265,7 +251,7 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
     return manifest, inputs, days, conversation_days
 
 
-def _survey_rows(audit: DataFrame, errors: DataFrame) -> tuple[set[str], dict[str, int]]:
+def survey_rows(audit: DataFrame, errors: DataFrame) -> tuple[set[str], dict[str, int]]:
     """The days the rows fall on, and how many have a NULL in each timestamp column (one
     aggregation per table)."""
     days: set[str] = set()
@@ -307,11 +293,7 @@ def _aggregate(spark: SparkSession, inputs: Inputs, result: ReportResult,
     errors = _only(inputs.errors, days)
     written: set[str] = set()
     with progress.stage("minutes", "per endpoint, message type, minute and hour"):
-        written.update(outputs.publish(minute_stats(audit, errors), parquet / "minutes", days))
-        published = outputs.read(spark, parquet / "minutes")
-        assert published is not None  # just written
-        hours = hour_stats(_only(published, days))
-        written.update(outputs.publish(hours, parquet / "hours", days))
+        written.update(publish_minutes(spark, minute_stats(audit, errors), parquet, days))
     with progress.stage("exceptions", "exceptions per endpoint and day"):
         written.update(outputs.publish(exceptions_by_day(errors), parquet / "exceptions", days))
     with progress.stage("flow", "conversation flow graph per day"):
@@ -321,6 +303,17 @@ def _aggregate(spark: SparkSession, inputs: Inputs, result: ReportResult,
             conversations_of_days(inputs.audit, inputs.errors, conversation_days)
         written.update(outputs.publish(rows, parquet / "conversations", conversation_days))
     result.days = sorted(written | (days or set()) | (conversation_days or set()))
+
+
+def publish_minutes(spark: SparkSession, minutes: DataFrame, parquet: Path,
+                    days: set[str] | None) -> list[str]:
+    """Replace ``days`` of the per-minute table with ``minutes``, then the same days of the
+    per-hour table with the minutes merged per hour; returns the days written."""
+    written = outputs.publish(minutes, parquet / "minutes", days)
+    published = outputs.read(spark, parquet / "minutes")
+    assert published is not None  # just written
+    return sorted({*written, *outputs.publish(hour_stats(_only(published, days)),
+                                              parquet / "hours", days)})
 
 
 def page_figures(spark: SparkSession, result: ReportResult) -> None:

@@ -1,0 +1,176 @@
+"""The live mode, ``--follow``: the per-minute tables kept current by Structured Streaming.
+
+One Spark session runs two things into the same ``--out``:
+
+- a **streaming query** over :class:`~endpoint_runtime.analytics.stream_source.
+  OperationalRows` (``audit_log`` and ``error_log`` in ingestion order, by transaction
+  horizon: the watermark for late rows), a micro-batch every ``options.micro_batch``
+  seconds. Each micro-batch (:class:`MinuteUpdate`) appends its rows to the raw extract,
+  aggregates them per minute exactly as the batch run does (:func:`~endpoint_runtime.
+  analytics.minutes.minute_stats`, same schema, same KLL sketches), merges them into the
+  stored rows of their minutes (counts add, sketches merge: a row of any lateness lands in
+  its minute, however old), republishes those days of ``minutes`` and ``hours`` and moves the
+  extract's horizon, its files marked *pending*;
+- every ``interval`` seconds an **incremental batch run** (:func:`~endpoint_runtime.
+  analytics.job.run`), which counts the pending files as new: it recomputes their days of
+  every table whole (``exceptions``, ``flow_edges``, ``conversations``, and ``minutes``
+  again, to the same figures) and redraws the page.
+
+Both hold the output's lock and start from the extract's horizon (a micro-batch skips rows
+below it), so they never interleave and never take a row twice, and a nightly run into the
+same output can run between them. Spark's event-time watermark (``withWatermark``) is not
+used on purpose: it drops rows older than the watermark from a stateful aggregation, and
+nothing may be lost; with sketches that merge, no minute needs to stay open in state.
+
+Example::
+
+    with stream(spark, options, progress):
+        ...  # the per-minute tables follow the database
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+
+from endpoint_runtime.analytics import extract, outputs
+from endpoint_runtime.analytics.job import exclusive, publish_minutes, run, survey_rows
+from endpoint_runtime.analytics.measures import day
+from endpoint_runtime.analytics.minutes import merged_minutes, minute_stats
+from endpoint_runtime.analytics.options import ReportOptions
+from endpoint_runtime.analytics.progress import Progress
+from endpoint_runtime.analytics.result import ReportResult
+from endpoint_runtime.analytics.sources import AUDIT_LOG, ERROR_LOG
+from endpoint_runtime.analytics.stream_source import END, INGEST_XID, KIND, OperationalRows
+from endpoint_runtime.errors import ConfigurationError
+
+
+class MinuteUpdate:
+    """The ``foreachBatch`` function of the streaming query: one micro-batch into the
+    extract and the per-minute tables (see the module's text)."""
+
+    def __init__(self, spark: SparkSession, out: Path, progress: Progress) -> None:
+        self.spark = spark
+        self.out = out
+        self.progress = progress
+        self._running = threading.Lock()
+        self._stopping = False
+
+    def close(self) -> None:
+        """Let a micro-batch that is running finish, and run no more (stopping the query
+        would interrupt one mid-write)."""
+        with self._running:
+            self._stopping = True
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with self._running, exclusive(self.out, self.progress):
+            if self._stopping:
+                return  # the next start reads these rows again, from the horizon
+            root = self.out / "extract"
+            manifest = extract.load(root)
+            if manifest.horizon is None:
+                raise ConfigurationError(f"{root} has no horizon: the live mode starts "
+                                         f"after an incremental run")
+            rows = batch.where(F.col(INGEST_XID) >= manifest.horizon).persist()
+            try:
+                self._apply(rows, root, manifest)
+            finally:
+                rows.unpersist()
+
+    def _apply(self, rows: DataFrame, root: Path, manifest: extract.Manifest) -> None:
+        counts = {row[KIND]: (row["rows"], row["end"]) for row in rows.groupBy(KIND).agg(
+            F.count(F.lit(1)).alias("rows"), F.max(END).alias("end")).collect()}
+        if not counts:
+            return  # nothing new, or only rows a batch run took first
+        extract.remove_unlisted(root, manifest)
+        run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-live-{uuid.uuid4().hex[:8]}"
+        audit = self._table(rows, "audit")
+        errors = self._table(rows, "errors")
+        new_files = {name: extract.append(frame, root, name, run_id) if name in counts else []
+                     for name, frame in (("audit", audit), ("errors", errors))}
+        days, nulls = survey_rows(audit, errors)
+        # The horizon first: a micro-batch that stops before its minutes are published
+        # leaves them short (its files are pending: the next run recomputes their days),
+        # never counted twice by the next micro-batch.
+        end = max(end for _, end in counts.values())
+        extract.save(root, manifest.streamed(end, new_files, nulls))
+        parquet = self.out / "parquet"
+        stored = outputs.read(self.spark, parquet / "minutes")
+        delta = minute_stats(audit, errors)
+        if stored is not None:
+            delta = stored.where(F.col("day").isin(sorted(days))).unionByName(delta)
+        publish_minutes(self.spark, merged_minutes(delta), parquet, days)
+        self.progress.say(
+            f"live: {counts.get('audit', (0, 0))[0]:,} audit rows, "
+            f"{counts.get('errors', (0, 0))[0]:,} failed messages; minutes of "
+            f"{', '.join(sorted(days)) or 'no day'} updated")
+
+    @staticmethod
+    def _table(rows: DataFrame, kind: str) -> DataFrame:
+        table = AUDIT_LOG if kind == "audit" else ERROR_LOG
+        return rows.where(F.col(KIND) == kind).select(
+            *(F.col(field.name) for field in table.schema.fields), day(table.time_column))
+
+
+@contextmanager
+def stream(spark: SparkSession, options: ReportOptions,
+           progress: Progress | None = None) -> Iterator[StreamingQuery]:
+    """The streaming query, from the extract's horizon (an incremental run must have made
+    it), stopped on leaving. Its checkpoint is a temporary directory: the offsets that
+    matter are the extract's horizon, which every start reads again."""
+    out = options.out.resolve()
+    manifest = extract.load(out / "extract")
+    if manifest.horizon is None:
+        raise ConfigurationError(f"{out} has no horizon yet: run the report once first")
+    spark.dataSource.register(OperationalRows)
+    checkpoint = Path(tempfile.mkdtemp(prefix="endpoint-runtime-live-"))
+    rows = (spark.readStream.format(OperationalRows.name()).option("url", options.dsn)
+            .option("schema", options.schema).option("start", str(manifest.horizon)).load())
+    update = MinuteUpdate(spark, out, progress or Progress(total=0))
+    query = (rows.writeStream.queryName(f"endpoint-runtime live {out}")
+             .foreachBatch(update)
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime=f"{options.micro_batch} seconds").start())
+    try:
+        yield query
+    finally:
+        update.close()
+        query.stop()
+        shutil.rmtree(checkpoint, ignore_errors=True)
+
+
+def follow(options: ReportOptions, interval: float, spark: SparkSession | None = None,
+           rounds: int | None = None,
+           after_round: Callable[[ReportResult], None] | None = None) -> ReportResult:
+    """``--follow``: an incremental run, then the streaming query, and an incremental run
+    (the page and the whole-day tables) every ``interval`` seconds, until interrupted or
+    ``rounds`` runs have been made. A failed streaming query ends it with its error."""
+    if options.ad_hoc:
+        raise ConfigurationError("--follow keeps a horizon: it takes no --since/--until")
+    result = run(options, spark)
+    spark = spark or SparkSession.getActiveSession()
+    assert spark is not None  # run() started it
+    done = 1
+    with stream(spark, options) as query:
+        while True:
+            if after_round is not None:
+                after_round(result)
+            if rounds is not None and done >= rounds:
+                return result
+            started = time.monotonic()
+            if query.awaitTermination(max(1, round(interval))):  # raises the query's error, if any
+                raise RuntimeError("the live mode's streaming query stopped")
+            time.sleep(max(0.0, interval - (time.monotonic() - started)))
+            result = run(options, spark)
+            done += 1
