@@ -65,8 +65,7 @@ class Manifest:
         return replace(self.advanced(horizon, new_files, new_nulls), pending=pending)
 
     def pending_days(self) -> set[str]:
-        return {day for names in self.pending.values() for name in names
-                if (day := day_of(name)) is not None}
+        return days_of([name for names in self.pending.values() for name in names])
 
 
 def day_of(name: str) -> str | None:
@@ -74,6 +73,11 @@ def day_of(name: str) -> str | None:
     without one."""
     folder = Path(name).parent.name.removeprefix("day=")
     return None if folder.startswith("__HIVE_DEFAULT") else folder
+
+
+def days_of(names: list[str]) -> set[str]:
+    """The days of extract files (rows without their table's time have none)."""
+    return {day for name in names if (day := day_of(name)) is not None}
 
 
 def expired(manifest: Manifest, before: str) -> tuple[Manifest, list[str]]:

@@ -56,9 +56,7 @@ from endpoint_runtime.errors import ConfigurationError
 
 STAGES = 8
 TABLES = ("minutes", "hours", "exceptions", "flow_edges", "conversations")
-NULLABLE_TIMES = {"audit_log": ("time_sent", "processing_started", "processing_ended"),
-                  "error_log": ("time_sent", "time_of_failure")}
-"""Timestamp columns whose NULLs are counted (a row without its table's time is skipped)."""
+NULLABLE_TIMES = {table.name: table.nullable_times for table in (AUDIT_LOG, ERROR_LOG)}
 ROWS_PER_SHUFFLE_PARTITION = 500_000
 MAX_SHUFFLE_PARTITIONS = 400
 
@@ -118,8 +116,8 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
         address = session.ui_address(spark)
         if address:
             progress.say(f"Spark UI: {address}")
-        reader = Reader(spark, target, options.schema, options.since, options.until,
-                        options.partitions)
+        reader = Reader(spark, target, options.dsn, options.schema, options.since,
+                        options.until, options.partitions)
         result = ReportResult(out=out, html=out / "report.html", parquet=out / "parquet",
                               plots={}, audit_rows=0, error_rows=0, read_partitions={},
                               timings=progress.timings, incremental=not options.ad_hoc)
@@ -180,7 +178,7 @@ def _ad_hoc(reader: Reader, result: ReportResult,
     _say_read(progress, result, audit.rows, audit.partitions, errors.rows, errors.partitions)
     audit_frame = audit.frame.withColumn("day", day("processing_ended"))
     error_frame = errors.frame.withColumn("day", day("time_of_failure"))
-    result.null_counts = survey_rows(audit_frame, error_frame)[1]
+    result.null_counts = {**audit.null_counts, **errors.null_counts}
     return Inputs(audit=audit_frame, errors=error_frame), None, None
 
 
@@ -216,9 +214,11 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
         xids = XidRange(manifest.horizon, horizon)
         new_files: dict[str, list[str]] = {}
         counts = []
+        new_nulls: dict[str, int] = {}
         for table, name in ((AUDIT_LOG, "audit"), (ERROR_LOG, "errors")):
             source = reader.read_new(table, xids, table.name in present)
             counts.append((source.rows, source.partitions))
+            new_nulls.update(source.null_counts)
             new_files[name] = [] if source.rows == 0 else extract.append(
                 source.frame.withColumn("day", day(table.time_column)), root, name, run_id)
     _say_read(progress, result, counts[0][0], counts[0][1], counts[1][0], counts[1][1])
@@ -233,10 +233,9 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
                                            if f not in pending["audit"]])
     old_errors = frame(ERROR_LOG, "errors", [f for f in manifest.files["errors"]
                                              if f not in pending["errors"]])
-    days, new_nulls = survey_rows(frame(AUDIT_LOG, "audit", new_files["audit"]),
-                                  frame(ERROR_LOG, "errors", new_files["errors"])) \
-        if any(new_files.values()) else (set(), {})
-    days |= manifest.pending_days()
+    # The days of the new rows are their files' folders (no Spark job needed).
+    days = extract.days_of([*new_files["audit"], *new_files["errors"]]) | \
+        manifest.pending_days()
     new_audit = frame(AUDIT_LOG, "audit", [*manifest.pending["audit"], *new_files["audit"]])
     new_errors = frame(ERROR_LOG, "errors", [*manifest.pending["errors"],
                                              *new_files["errors"]])
@@ -310,7 +309,7 @@ def publish_minutes(spark: SparkSession, minutes: DataFrame, parquet: Path,
     """Replace ``days`` of the per-minute table with ``minutes``, then the same days of the
     per-hour table with the minutes merged per hour; returns the days written."""
     written = outputs.publish(minutes, parquet / "minutes", days)
-    published = outputs.read(spark, parquet / "minutes")
+    published = outputs.read(spark, parquet / "minutes", minutes.schema)
     assert published is not None  # just written
     return sorted({*written, *outputs.publish(hour_stats(_only(published, days)),
                                               parquet / "hours", days)})

@@ -106,8 +106,8 @@ class MinuteUpdate:
         end = max(end for _, end in counts.values())
         extract.save(root, manifest.streamed(end, new_files, nulls))
         parquet = self.out / "parquet"
-        stored = outputs.read(self.spark, parquet / "minutes")
         delta = minute_stats(audit, errors)
+        stored = outputs.read(self.spark, parquet / "minutes", delta.schema)
         if stored is not None:
             delta = stored.where(F.col("day").isin(sorted(days))).unionByName(delta)
         publish_minutes(self.spark, merged_minutes(delta), parquet, days)

@@ -7,7 +7,8 @@ driver (``bin/dev`` installs them); see docs/analytics.md.
 
 Without ``--since``/``--until`` a run is incremental: it reads the rows new since the
 output's horizon into its raw extract and recomputes the days they touch; ``--follow`` keeps
-the per-minute tables current with Structured Streaming and redraws the page every minute. With them it is an ad-hoc report of that window.
+the per-minute tables current with Structured Streaming and redraws the page every minute.
+With them it is an ad-hoc report of that window.
 
 Example::
 
