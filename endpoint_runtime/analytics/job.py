@@ -56,7 +56,6 @@ from endpoint_runtime.errors import ConfigurationError
 
 STAGES = 8
 TABLES = ("minutes", "hours", "exceptions", "flow_edges", "conversations")
-NULLABLE_TIMES = {table.name: table.nullable_times for table in (AUDIT_LOG, ERROR_LOG)}
 ROWS_PER_SHUFFLE_PARTITION = 500_000
 MAX_SHUFFLE_PARTITIONS = 400
 
@@ -248,24 +247,6 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
         return manifest, inputs, None, None  # the first rows: everything is new
     conversation_days = touched_days(old_audit, new_audit, new_errors) if days else set()
     return manifest, inputs, days, conversation_days
-
-
-def survey_rows(audit: DataFrame, errors: DataFrame) -> tuple[set[str], dict[str, int]]:
-    """The days the rows fall on, and how many have a NULL in each timestamp column (one
-    aggregation per table)."""
-    days: set[str] = set()
-    counts: dict[str, int] = {}
-    for table, frame in (("audit_log", audit), ("error_log", errors)):
-        columns = NULLABLE_TIMES[table]
-        for row in frame.groupBy("day").agg(*(F.count(F.when(F.col(c).isNull(), True)).alias(c)
-                                              for c in columns)).collect():
-            if row["day"] is not None:
-                days.add(row["day"])
-            for column in columns:
-                if row[column]:
-                    key = f"{table}.{column}"
-                    counts[key] = counts.get(key, 0) + int(row[column])
-    return days, counts
 
 
 def _size_shuffles(spark: SparkSession, options: ReportOptions, result: ReportResult) -> None:

@@ -45,14 +45,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from endpoint_runtime.analytics import extract, outputs
-from endpoint_runtime.analytics.job import exclusive, publish_minutes, run, survey_rows
+from endpoint_runtime.analytics.job import exclusive, publish_minutes, run
 from endpoint_runtime.analytics.measures import day
 from endpoint_runtime.analytics.minutes import merged_minutes, minute_stats
 from endpoint_runtime.analytics.options import ReportOptions
 from endpoint_runtime.analytics.progress import Progress
 from endpoint_runtime.analytics.result import ReportResult
-from endpoint_runtime.analytics.sources import AUDIT_LOG, ERROR_LOG
-from endpoint_runtime.analytics.stream_source import END, INGEST_XID, KIND, OperationalRows
+from endpoint_runtime.analytics.stream_source import (
+    END,
+    INGEST_XID,
+    KIND,
+    TABLES,
+    OperationalRows,
+)
 from endpoint_runtime.errors import ConfigurationError
 
 
@@ -89,36 +94,49 @@ class MinuteUpdate:
                 rows.unpersist()
 
     def _apply(self, rows: DataFrame, root: Path, manifest: extract.Manifest) -> None:
-        counts = {row[KIND]: (row["rows"], row["end"]) for row in rows.groupBy(KIND).agg(
-            F.count(F.lit(1)).alias("rows"), F.max(END).alias("end")).collect()}
-        if not counts:
+        started = time.perf_counter()
+        # One pass: rows, end horizon and NULL counts per table (reads the micro-batch).
+        times = sorted({column for _, table in TABLES for column in table.nullable_times})
+        summary = {row[KIND]: row for row in rows.groupBy(KIND).agg(
+            F.count(F.lit(1)).alias("rows"), F.max(END).alias("end"),
+            *(F.count(F.when(F.col(c).isNull(), True)).alias(c) for c in times)).collect()}
+        if not summary:
             return  # nothing new, or only rows a batch run took first
+        nulls = {f"{table.name}.{column}": int(summary[kind][column])
+                 for kind, table in TABLES if kind in summary
+                 for column in table.nullable_times if summary[kind][column]}
+        read = time.perf_counter()
         extract.remove_unlisted(root, manifest)
         run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-live-{uuid.uuid4().hex[:8]}"
         audit = self._table(rows, "audit")
         errors = self._table(rows, "errors")
-        new_files = {name: extract.append(frame, root, name, run_id) if name in counts else []
+        new_files = {name: extract.append(frame, root, name, run_id) if name in summary else []
                      for name, frame in (("audit", audit), ("errors", errors))}
-        days, nulls = survey_rows(audit, errors)
+        days = extract.days_of([*new_files["audit"], *new_files["errors"]])
         # The horizon first: a micro-batch that stops before its minutes are published
         # leaves them short (its files are pending: the next run recomputes their days),
         # never counted twice by the next micro-batch.
-        end = max(end for _, end in counts.values())
-        extract.save(root, manifest.streamed(end, new_files, nulls))
+        extract.save(root, manifest.streamed(max(row["end"] for row in summary.values()),
+                                             new_files, nulls))
+        appended = time.perf_counter()
         parquet = self.out / "parquet"
         delta = minute_stats(audit, errors)
         stored = outputs.read(self.spark, parquet / "minutes", delta.schema)
         if stored is not None:
             delta = stored.where(F.col("day").isin(sorted(days))).unionByName(delta)
         publish_minutes(self.spark, merged_minutes(delta), parquet, days)
+        done = time.perf_counter()
+        counted = {kind: int(summary[kind]["rows"]) if kind in summary else 0
+                   for kind, _ in TABLES}
         self.progress.say(
-            f"live: {counts.get('audit', (0, 0))[0]:,} audit rows, "
-            f"{counts.get('errors', (0, 0))[0]:,} failed messages; minutes of "
-            f"{', '.join(sorted(days)) or 'no day'} updated")
+            f"live: {counted['audit']:,} audit rows, {counted['errors']:,} failed messages; "
+            f"minutes of {', '.join(sorted(days)) or 'no day'} updated (read "
+            f"{read - started:.1f} s, extract {appended - read:.1f} s, minutes and hours "
+            f"{done - appended:.1f} s)")
 
     @staticmethod
     def _table(rows: DataFrame, kind: str) -> DataFrame:
-        table = AUDIT_LOG if kind == "audit" else ERROR_LOG
+        table = dict(TABLES)[kind]
         return rows.where(F.col(KIND) == kind).select(
             *(F.col(field.name) for field in table.schema.fields), day(table.time_column))
 
