@@ -14,7 +14,10 @@ is JSON: ``rows``, ``wall_s`` (the first report; generation not counted), ``rows
 ``stages`` (seconds per stage), ``peak_driver_rss_mb`` (the Spark driver JVM's peak resident
 set), ``peak_python_rss_mb``, ``incremental_rows``, ``incremental_wall_s`` and
 ``incremental_days`` (days recomputed); then as many rows again and a third run in this
-process's warm Spark session, as a ``--follow`` round does: ``warm_incremental_wall_s``.
+process's warm Spark session, as a ``--follow`` round does: ``warm_incremental_wall_s``;
+then as many again while the live mode's stream runs (``--follow``, a micro-batch a second):
+``live_wall_s`` from their commit until their minutes are published, and
+``live_micro_batches_s``, the micro-batches that read them.
 
 Run ``python -m benchmarks.analytics --help``; the targets on the 2-core machine: 1M rows in
 under 60 s, an incremental run over 10,000 new rows in under 20 s.
@@ -23,6 +26,7 @@ under 60 s, an incremental run over 10,000 new rows in under 20 s.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -32,7 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -263,8 +267,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
     server = resolve_dsn(args.dsn)
     started = time.perf_counter()
-    data, rest = split(generate(args.rows + 2 * args.incremental_rows, args.days), args.rows)
-    later, last = split(rest, args.incremental_rows)
+    data, rest = split(generate(args.rows + 3 * args.incremental_rows, args.days), args.rows)
+    later, rest = split(rest, args.incremental_rows)
+    last, streamed = split(rest, args.incremental_rows)
     progress(f"generated {len(data.audit):,} audit rows and {len(data.errors):,} failed "
              f"messages (then {len(later.audit):,} and {len(later.errors):,}) in "
              f"{time.perf_counter() - started:.1f} s")
@@ -293,6 +298,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 warm = run(options, progress=Progress(total=8, prefix="warm round"))
                 incremental["warm_incremental_wall_s"] = round(time.perf_counter() - started, 2)
                 incremental["warm_incremental_rows"] = warm.audit_rows
+                incremental.update(await live_rows(options, dsn, streamed))
     python_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "benchmark": "analytics",
@@ -310,6 +316,38 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "target_wall_s": 60,
         **incremental,
     }
+
+
+async def live_rows(options: ReportOptions, dsn: str, data: AuditSet) -> dict[str, Any]:
+    """The live mode (``--follow``'s stream, kept warm): from the commit of ``data`` (the
+    end of its load) until the micro-batches that read it have published their minutes."""
+    from pyspark.sql import SparkSession
+
+    from endpoint_runtime.analytics.live import stream
+
+    spark = SparkSession.getActiveSession()
+    assert spark is not None
+    live = replace(options, micro_batch=1.0)
+    with stream(spark, live) as query:
+        await load(dsn, data)
+        started = time.perf_counter()
+        rows, batches, seen = 0, [], 0
+        while rows < len(data.audit) + len(data.errors):
+            progress_list = query.recentProgress
+            for event in progress_list[seen:]:
+                if event["numInputRows"]:
+                    rows += event["numInputRows"]
+                    batches.append(event["durationMs"]["triggerExecution"] / 1000)
+            seen = len(progress_list)
+            if query.exception() is not None:
+                raise RuntimeError(f"the live stream failed: {query.exception()}")
+            await asyncio.sleep(0.1)
+        latency = time.perf_counter() - started
+    progress(f"live mode: {rows:,} rows in their minutes {latency:.1f} s after their commit "
+             f"({len(batches)} micro-batches, {sum(batches):.1f} s)")
+    return {"live_rows": rows, "live_wall_s": round(latency, 2),
+            "live_micro_batches_s": [round(b, 2) for b in batches],
+            "target_live_wall_s": 5}
 
 
 def incremental_run(dsn: str, master: str, out: Path) -> dict[str, Any]:

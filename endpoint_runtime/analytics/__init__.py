@@ -20,7 +20,8 @@ JDBC), ``session`` (Spark), ``sources`` (partitioned reads, the xid horizon), ``
 (the raw Parquet copy and its manifest), ``outputs`` (day partitions published by rename),
 ``measures`` (KLL sketches), ``minutes``, ``failures``, ``conversations``, ``summary``,
 ``timeline`` (the aggregates), ``plots``, ``units``, ``page``, ``rendering`` (the output),
-``registration`` (the horizon for retention), ``job`` (the stages), ``progress``.
+``registration`` (the horizon for retention), ``job`` (the stages), ``progress``,
+``stream_source`` and ``live`` (``--follow``: Structured Streaming into the per-minute tables).
 """
 
 from __future__ import annotations
@@ -40,10 +41,12 @@ __all__ = ["MissingPrerequisiteError", "ReportOptions", "parse_time", "run_repor
 
 def run_report(options: ReportOptions, spark: SparkSession | None = None) -> ReportResult:
     """Run the report (see :func:`endpoint_runtime.analytics.job.run`); with
-    ``options.follow``, round after round until interrupted (:func:`~endpoint_runtime.
-    analytics.job.follow`)."""
-    from endpoint_runtime.analytics.job import follow, run
+    ``options.follow``, the live mode until interrupted (:func:`~endpoint_runtime.
+    analytics.live.follow`)."""
+    from endpoint_runtime.analytics.job import run
 
     if options.follow is not None:
+        from endpoint_runtime.analytics.live import follow
+
         return follow(options, options.follow, spark)
     return run(options, spark)

@@ -45,6 +45,9 @@ class Manifest:
     files: dict[str, list[str]] = field(default_factory=lambda: {t: [] for t in TABLES})
     null_counts: dict[str, int] = field(default_factory=dict)
     runs: int = 0
+    pending: dict[str, list[str]] = field(default_factory=lambda: {t: [] for t in TABLES})
+    """Files the live mode added (listed in ``files`` too) whose days the next run
+    recomputes: their minutes are current, their other tables not yet."""
 
     def advanced(self, horizon: int, new_files: dict[str, list[str]],
                  new_nulls: dict[str, int]) -> Manifest:
@@ -53,7 +56,16 @@ class Manifest:
         for key, count in new_nulls.items():
             nulls[key] = nulls.get(key, 0) + count
         return replace(self, horizon=horizon, files=files, null_counts=nulls,
-                       runs=self.runs + 1)
+                       runs=self.runs + 1, pending={t: [] for t in TABLES})
+
+    def streamed(self, horizon: int, new_files: dict[str, list[str]],
+                 new_nulls: dict[str, int]) -> Manifest:
+        """Advanced by a micro-batch of the live mode: its files stay pending."""
+        pending = {t: [*self.pending.get(t, []), *new_files.get(t, [])] for t in TABLES}
+        return replace(self.advanced(horizon, new_files, new_nulls), pending=pending)
+
+    def pending_days(self) -> set[str]:
+        return days_of([name for names in self.pending.values() for name in names])
 
 
 def day_of(name: str) -> str | None:
@@ -63,17 +75,25 @@ def day_of(name: str) -> str | None:
     return None if folder.startswith("__HIVE_DEFAULT") else folder
 
 
+def days_of(names: list[str]) -> set[str]:
+    """The days of extract files (rows without their table's time have none)."""
+    return {day for name in names if (day := day_of(name)) is not None}
+
+
 def expired(manifest: Manifest, before: str) -> tuple[Manifest, list[str]]:
     """The manifest without the files of days before ``before`` (``yyyy-MM-dd``), and those
     files (delete them once the new manifest is saved)."""
     kept: dict[str, list[str]] = {}
     dropped: list[str] = []
+
     for table, names in manifest.files.items():
         kept[table] = []
         for name in names:
             day = day_of(name)
             (dropped if day is not None and day < before else kept[table]).append(name)
-    return replace(manifest, files=kept), dropped
+    gone = set(dropped)
+    pending = {t: [n for n in names if n not in gone] for t, names in manifest.pending.items()}
+    return replace(manifest, files=kept, pending=pending), dropped
 
 
 def load(root: Path) -> Manifest:
@@ -85,14 +105,16 @@ def load(root: Path) -> Manifest:
         raise ValueError(f"{path}: extract version {data.get('version')!r}, expected {VERSION}")
     return Manifest(horizon=data["horizon"], files={t: list(data["files"].get(t, []))
                                                     for t in TABLES},
-                    null_counts=dict(data.get("null_counts", {})), runs=int(data["runs"]))
+                    null_counts=dict(data.get("null_counts", {})), runs=int(data["runs"]),
+                    pending={t: list(data.get("pending", {}).get(t, [])) for t in TABLES})
 
 
 def save(root: Path, manifest: Manifest) -> None:
     """Replace the manifest atomically (write a temporary file, fsync, rename)."""
     root.mkdir(parents=True, exist_ok=True)
     data = {"version": VERSION, "horizon": manifest.horizon, "runs": manifest.runs,
-            "files": manifest.files, "null_counts": manifest.null_counts}
+            "files": manifest.files, "null_counts": manifest.null_counts,
+            "pending": manifest.pending}
     temporary = root / f".{MANIFEST}.{uuid.uuid4().hex}"
     with temporary.open("w", encoding="utf-8") as file:
         json.dump(data, file, indent=1)

@@ -20,9 +20,8 @@ from __future__ import annotations
 import fcntl
 import math
 import shutil
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -57,9 +56,6 @@ from endpoint_runtime.errors import ConfigurationError
 
 STAGES = 8
 TABLES = ("minutes", "hours", "exceptions", "flow_edges", "conversations")
-NULLABLE_TIMES = {"audit_log": ("time_sent", "processing_started", "processing_ended"),
-                  "error_log": ("time_sent", "time_of_failure")}
-"""Timestamp columns whose NULLs are counted (a row without its table's time is skipped)."""
 ROWS_PER_SHUFFLE_PARTITION = 500_000
 MAX_SHUFFLE_PARTITIONS = 400
 
@@ -91,7 +87,7 @@ def _partitions(count: int) -> str:
 
 
 @contextmanager
-def _exclusive(out: Path, progress: Progress) -> Iterator[None]:
+def exclusive(out: Path, progress: Progress) -> Iterator[None]:
     """One writer per output directory at a time: a nightly run and a round of ``--follow``
     wait for each other, they never interleave."""
     out.mkdir(parents=True, exist_ok=True)
@@ -113,14 +109,14 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
     prerequisites = check(target.unix_socket)
     progress = progress or Progress(total=STAGES)
     out = options.out.resolve()
-    with _exclusive(out, progress):
+    with exclusive(out, progress):
         with progress.stage("spark", "starting Spark"):
             spark = spark or session.start(options.master, prerequisites, options.conf)
         address = session.ui_address(spark)
         if address:
             progress.say(f"Spark UI: {address}")
-        reader = Reader(spark, target, options.schema, options.since, options.until,
-                        options.partitions)
+        reader = Reader(spark, target, options.dsn, options.schema, options.since,
+                        options.until, options.partitions)
         result = ReportResult(out=out, html=out / "report.html", parquet=out / "parquet",
                               plots={}, audit_rows=0, error_rows=0, read_partitions={},
                               timings=progress.timings, incremental=not options.ad_hoc)
@@ -168,27 +164,6 @@ def _expire(out: Path, dropped: list[str], keep_days: int | None) -> None:
                 shutil.rmtree(folder)
 
 
-def follow(options: ReportOptions, interval: float, spark: SparkSession | None = None,
-           rounds: int | None = None,
-           after_round: Callable[[ReportResult], None] | None = None) -> ReportResult:
-    """``--follow``: incremental runs every ``interval`` seconds in one warm Spark session
-    (micro-batches over the extract), until interrupted or ``rounds`` have run; each round
-    publishes the days it touched and moves the horizon like a nightly run."""
-    if options.ad_hoc:
-        raise ConfigurationError("--follow keeps a horizon: it takes no --since/--until")
-    done = 0
-    while True:
-        started = time.monotonic()
-        result = run(options, spark)
-        spark = spark or SparkSession.getActiveSession()
-        done += 1
-        if after_round is not None:
-            after_round(result)
-        if rounds is not None and done >= rounds:
-            return result
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
-
-
 def _ad_hoc(reader: Reader, result: ReportResult,
             progress: Progress) -> tuple[Inputs, None, None]:
     if (result.out / "extract" / extract.MANIFEST).exists():
@@ -202,7 +177,7 @@ def _ad_hoc(reader: Reader, result: ReportResult,
     _say_read(progress, result, audit.rows, audit.partitions, errors.rows, errors.partitions)
     audit_frame = audit.frame.withColumn("day", day("processing_ended"))
     error_frame = errors.frame.withColumn("day", day("time_of_failure"))
-    result.null_counts = _survey_rows(audit_frame, error_frame)[1]
+    result.null_counts = {**audit.null_counts, **errors.null_counts}
     return Inputs(audit=audit_frame, errors=error_frame), None, None
 
 
@@ -238,9 +213,11 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
         xids = XidRange(manifest.horizon, horizon)
         new_files: dict[str, list[str]] = {}
         counts = []
+        new_nulls: dict[str, int] = {}
         for table, name in ((AUDIT_LOG, "audit"), (ERROR_LOG, "errors")):
             source = reader.read_new(table, xids, table.name in present)
             counts.append((source.rows, source.partitions))
+            new_nulls.update(source.null_counts)
             new_files[name] = [] if source.rows == 0 else extract.append(
                 source.frame.withColumn("day", day(table.time_column)), root, name, run_id)
     _say_read(progress, result, counts[0][0], counts[0][1], counts[1][0], counts[1][1])
@@ -248,12 +225,19 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
     def frame(table: Table, name: str, files: list[str]) -> DataFrame:
         return extract.read(spark, root, name, table.schema, files)
 
-    old_audit = frame(AUDIT_LOG, "audit", manifest.files["audit"])
-    old_errors = frame(ERROR_LOG, "errors", manifest.files["errors"])
-    new_audit = frame(AUDIT_LOG, "audit", new_files["audit"])
-    new_errors = frame(ERROR_LOG, "errors", new_files["errors"])
-    days, new_nulls = _survey_rows(new_audit, new_errors) if any(new_files.values()) else (
-        set(), {})
+    # Files the live mode streamed in (their minutes are current, their days not yet
+    # recomputed) count as new here.
+    pending = {name: set(manifest.pending.get(name, [])) for name in extract.TABLES}
+    old_audit = frame(AUDIT_LOG, "audit", [f for f in manifest.files["audit"]
+                                           if f not in pending["audit"]])
+    old_errors = frame(ERROR_LOG, "errors", [f for f in manifest.files["errors"]
+                                             if f not in pending["errors"]])
+    # The days of the new rows are their files' folders (no Spark job needed).
+    days = extract.days_of([*new_files["audit"], *new_files["errors"]]) | \
+        manifest.pending_days()
+    new_audit = frame(AUDIT_LOG, "audit", [*manifest.pending["audit"], *new_files["audit"]])
+    new_errors = frame(ERROR_LOG, "errors", [*manifest.pending["errors"],
+                                             *new_files["errors"]])
     manifest = manifest.advanced(horizon, new_files, new_nulls)
     result.null_counts = dict(manifest.null_counts)
     inputs = Inputs(audit=old_audit.unionByName(new_audit),
@@ -263,24 +247,6 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
         return manifest, inputs, None, None  # the first rows: everything is new
     conversation_days = touched_days(old_audit, new_audit, new_errors) if days else set()
     return manifest, inputs, days, conversation_days
-
-
-def _survey_rows(audit: DataFrame, errors: DataFrame) -> tuple[set[str], dict[str, int]]:
-    """The days the rows fall on, and how many have a NULL in each timestamp column (one
-    aggregation per table)."""
-    days: set[str] = set()
-    counts: dict[str, int] = {}
-    for table, frame in (("audit_log", audit), ("error_log", errors)):
-        columns = NULLABLE_TIMES[table]
-        for row in frame.groupBy("day").agg(*(F.count(F.when(F.col(c).isNull(), True)).alias(c)
-                                              for c in columns)).collect():
-            if row["day"] is not None:
-                days.add(row["day"])
-            for column in columns:
-                if row[column]:
-                    key = f"{table}.{column}"
-                    counts[key] = counts.get(key, 0) + int(row[column])
-    return days, counts
 
 
 def _size_shuffles(spark: SparkSession, options: ReportOptions, result: ReportResult) -> None:
@@ -307,11 +273,7 @@ def _aggregate(spark: SparkSession, inputs: Inputs, result: ReportResult,
     errors = _only(inputs.errors, days)
     written: set[str] = set()
     with progress.stage("minutes", "per endpoint, message type, minute and hour"):
-        written.update(outputs.publish(minute_stats(audit, errors), parquet / "minutes", days))
-        published = outputs.read(spark, parquet / "minutes")
-        assert published is not None  # just written
-        hours = hour_stats(_only(published, days))
-        written.update(outputs.publish(hours, parquet / "hours", days))
+        written.update(publish_minutes(spark, minute_stats(audit, errors), parquet, days))
     with progress.stage("exceptions", "exceptions per endpoint and day"):
         written.update(outputs.publish(exceptions_by_day(errors), parquet / "exceptions", days))
     with progress.stage("flow", "conversation flow graph per day"):
@@ -321,6 +283,17 @@ def _aggregate(spark: SparkSession, inputs: Inputs, result: ReportResult,
             conversations_of_days(inputs.audit, inputs.errors, conversation_days)
         written.update(outputs.publish(rows, parquet / "conversations", conversation_days))
     result.days = sorted(written | (days or set()) | (conversation_days or set()))
+
+
+def publish_minutes(spark: SparkSession, minutes: DataFrame, parquet: Path,
+                    days: set[str] | None) -> list[str]:
+    """Replace ``days`` of the per-minute table with ``minutes``, then the same days of the
+    per-hour table with the minutes merged per hour; returns the days written."""
+    written = outputs.publish(minutes, parquet / "minutes", days)
+    published = outputs.read(spark, parquet / "minutes", minutes.schema)
+    assert published is not None  # just written
+    return sorted({*written, *outputs.publish(hour_stats(_only(published, days)),
+                                              parquet / "hours", days)})
 
 
 def page_figures(spark: SparkSession, result: ReportResult) -> None:

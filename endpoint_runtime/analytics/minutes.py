@@ -75,16 +75,26 @@ def minute_stats(audit: DataFrame, errors: DataFrame) -> DataFrame:
 def hour_stats(minutes: DataFrame) -> DataFrame:
     """The per-minute rows merged per hour (the sketches merge): the page's summary and the
     plots of long periods read these, a sixtieth of the rows."""
-    keys: list[Column | str] = ["day", F.date_trunc("hour", F.col("minute")).alias("hour"),
-                                "endpoint", "message_type"]
+    return _merged(minutes, F.date_trunc("hour", F.col("minute")).alias("hour"), "hour", 3600.0)
+
+
+def merged_minutes(minutes: DataFrame) -> DataFrame:
+    """Rows of :func:`minute_stats` for the same minute, endpoint and type (a minute's stored
+    row and the row of rows that arrived later) merged into one: counts added, sketches
+    merged, percentiles from the merged sketches."""
+    return _merged(minutes, "minute", "minute", 60.0)
+
+
+def _merged(minutes: DataFrame, key: Column | str, name: str, seconds: float) -> DataFrame:
+    keys: list[Column | str] = ["day", key, "endpoint", "message_type"]
     grouped = minutes.groupBy(*keys).agg(
         F.sum("processed").alias("processed"), F.sum("failed").alias("failed"),
         F.sum("retries").alias("retries"), F.sum("retried").alias("retried"),
         F.min("first_ended").alias("first_ended"), F.max("last_ended").alias("last_ended"),
         *merged_durations())
     return grouped.select(
-        "day", "hour", "endpoint", "message_type", "processed",
-        (F.col("processed") / F.lit(3600.0)).alias("per_second"), *duration_quantiles(),
+        "day", name, "endpoint", "message_type", "processed",
+        (F.col("processed") / F.lit(seconds)).alias("per_second"), *duration_quantiles(),
         "retries", "retried", "failed",
         (F.col("failed") / (F.col("processed") + F.col("failed"))).alias("failure_rate"),
-        "first_ended", "last_ended", *(name for name, _ in MEASURES))
+        "first_ended", "last_ended", *(sketch for sketch, _ in MEASURES))

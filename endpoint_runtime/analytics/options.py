@@ -42,7 +42,10 @@ class ReportOptions:
     """Compute the page's figures, draw the plots and write the page (the tests of the
     tables skip it)."""
     follow: float | None = None
-    """``--follow``: seconds between incremental rounds in one Spark session."""
+    """``--follow``: seconds between incremental runs (the page and the whole-day tables)
+    while the live mode streams the per-minute tables."""
+    micro_batch: float = 5.0
+    """``--micro-batch``: seconds between the live mode's micro-batches."""
     keep_days: int | None = None
     """``--keep-days``: the extract and the tables keep this many days (``None``: all)."""
 
@@ -97,6 +100,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--follow", type=float, nargs="?", const=60.0, default=None,
                         metavar="SECONDS", help="keep the output current: an incremental "
                         "round every SECONDS (default 60) in one Spark session, until Ctrl-C")
+    parser.add_argument("--micro-batch", type=float, default=5.0, metavar="SECONDS",
+                        help="with --follow: a micro-batch into the per-minute tables every "
+                        "SECONDS (default 5)")
     parser.add_argument("--keep-days", type=positive_int, default=None, metavar="N",
                         help="retention of the extract and the tables: days older than N "
                         "days before today (UTC) are deleted (default: kept)")
@@ -118,7 +124,10 @@ def options_from(args: argparse.Namespace, dsn: str, schema: str) -> ReportOptio
         raise argparse.ArgumentTypeError("--follow keeps a horizon: no --since/--until")
     if args.follow is not None and args.follow <= 0:
         raise argparse.ArgumentTypeError("--follow takes a positive number of seconds")
+    if args.micro_batch <= 0:
+        raise argparse.ArgumentTypeError("--micro-batch takes a positive number of seconds")
     return ReportOptions(dsn=dsn, schema=schema, since=args.since, until=args.until,
                          master=args.master, out=args.out, partitions=args.partitions,
                          conf=tuple(args.conf), follow=args.follow,
+                         micro_batch=args.micro_batch,
                          keep_days=args.keep_days)

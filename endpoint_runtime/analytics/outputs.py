@@ -19,6 +19,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 STAGING = "_staging"
 EMPTY = "empty.parquet"
@@ -62,9 +63,13 @@ def _mark_empty(frame: DataFrame, table: Path, staged: Path) -> None:
     part.rename(empty)
 
 
-def read(spark: SparkSession, table: Path) -> DataFrame | None:
-    """The table as written (``day`` a string), or ``None`` when it was never written."""
+def read(spark: SparkSession, table: Path, schema: StructType | None = None
+         ) -> DataFrame | None:
+    """The table as written (``day`` a string), or ``None`` when it was never written.
+    ``schema``: the columns it was written with (else inferred from its files, a Spark job
+    of its own)."""
     if not table.exists():
         return None
-    frame = spark.read.parquet(str(table))
+    reader = spark.read if schema is None else spark.read.schema(schema)
+    frame = reader.parquet(str(table))
     return frame.withColumn("day", frame["day"].cast("string"))

@@ -18,12 +18,15 @@ hold it back (``pg_snapshot_xmin`` alone would count them).
 
 from __future__ import annotations
 
+import asyncio
 import math
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import datetime
 
+import asyncpg
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, DataFrameReader, Row, SparkSession
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
     DoubleType,
@@ -79,19 +82,25 @@ class Table:
     name: str
     time_column: str
     schema: StructType
+    nullable_times: tuple[str, ...]
+    """Timestamp columns whose NULLs are counted (a row without ``time_column`` is
+    skipped)."""
 
 
-AUDIT_LOG = Table("audit_log", "processing_ended", AUDIT_SCHEMA)
-ERROR_LOG = Table("error_log", "time_of_failure", ERROR_SCHEMA)
+AUDIT_LOG = Table("audit_log", "processing_ended", AUDIT_SCHEMA,
+                  ("time_sent", "processing_started", "processing_ended"))
+ERROR_LOG = Table("error_log", "time_of_failure", ERROR_SCHEMA, ("time_sent", "time_of_failure"))
 
 
 @dataclass(frozen=True)
 class Source:
-    """One table as read: the (cached) rows, how many, in how many partitions."""
+    """One table as read: the (cached) rows, how many, in how many partitions, and how
+    many have a NULL in each of the table's nullable timestamp columns."""
 
     frame: DataFrame
     rows: int
     partitions: int
+    null_counts: dict[str, int] = field(default_factory=dict)
 
 
 OWN_TRANSACTIONS = """SELECT l.transactionid::text AS xid FROM pg_locks l
@@ -139,11 +148,12 @@ class Reader:
         audit = reader.read(AUDIT_LOG)
     """
 
-    def __init__(self, spark: SparkSession, target: JdbcTarget, schema: str,
+    def __init__(self, spark: SparkSession, target: JdbcTarget, dsn: str, schema: str,
                  since: datetime | None, until: datetime | None,
                  partitions: int | None = None) -> None:
         self.spark = spark
         self.target = target
+        self.dsn = dsn
         self.schema = schema
         self.since = since
         self.until = until
@@ -154,9 +164,20 @@ class Reader:
         return (self.spark.read.format("jdbc").option("url", self.target.url)
                 .option("driver", "org.postgresql.Driver").options(**self.target.properties))
 
-    def query(self, sql: str) -> list[Row]:
-        """A small query (bounds, existence): one partition, collected."""
-        return self._jdbc().option("query", sql).load().collect()
+    def query(self, *statements: str) -> list[list[asyncpg.Record]]:
+        """Small queries (bounds, existence, the horizon), in order on one connection, from
+        the driver: no Spark job each (a JDBC read would be one)."""
+
+        async def fetch() -> list[list[asyncpg.Record]]:
+            connection = await asyncpg.connect(self.dsn)
+            try:
+                return [await connection.fetch(sql) for sql in statements]
+            finally:
+                await connection.close()
+
+        # A thread of its own: the command line calls the report on its event loop's thread.
+        with ThreadPoolExecutor(1) as pool:
+            return pool.submit(asyncio.run, fetch()).result()
 
     def qualified(self, table: Table) -> str:
         return QueueAddress(table.name, self.schema).qualified
@@ -172,11 +193,11 @@ class Reader:
             checks.append(f"EXISTS (SELECT FROM pg_attribute WHERE attrelid = "
                           f"to_regclass({name}) AND attname = 'ingest_xid' "
                           f"AND NOT attisdropped) AS x{i}")
-        row = self.query(f"SELECT {', '.join(checks)}, "
-                         f"pg_current_snapshot()::text AS snapshot")[0]
+        (row,), owners = self.query(f"SELECT {', '.join(checks)}, "
+                                    f"pg_current_snapshot()::text AS snapshot", OWN_TRANSACTIONS)
         present = {t.name for i, t in enumerate(tables) if row[f"c{i}"]}
         with_xid = {t.name for i, t in enumerate(tables) if row[f"x{i}"]}
-        own = {int(r["xid"]) for r in self.query(OWN_TRANSACTIONS)}
+        own = {int(r["xid"]) for r in owners}
         return present, with_xid, horizon(row["snapshot"], own)
 
     def read_new(self, table: Table, xids: XidRange, exists: bool = True) -> Source:
@@ -194,8 +215,8 @@ class Reader:
     def existing(self, *tables: Table) -> set[str]:
         checks = ", ".join(f"to_regclass({_literal(self.qualified(t))}) IS NOT NULL AS c{i}"
                            for i, t in enumerate(tables))
-        row = self.query(f"SELECT {checks}")[0]
-        return {t.name for t, present in zip(tables, row, strict=True) if present}
+        row = self.query(f"SELECT {checks}")[0][0]
+        return {t.name for t, present in zip(tables, row.values(), strict=True) if present}
 
     def read(self, table: Table, exists: bool = True) -> Source:
         """The table's rows in the window, cached, in parallel id-range partitions."""
@@ -204,9 +225,13 @@ class Reader:
     def _load(self, table: Table, where: str, exists: bool, cache: bool) -> Source:
         if not exists:
             return Source(self.spark.createDataFrame([], table.schema), 0, 0)
-        low, high, rows = self.query(
-            f"SELECT min(id), max(id), count(*) FROM {self.qualified(table)} WHERE {where}")[0]
-        count = int(rows or 0)
+        nulls = ", ".join(f"count(*) FILTER (WHERE {column} IS NULL) AS {column}"
+                          for column in table.nullable_times)
+        bounds = self.query(f"SELECT min(id) AS low, max(id) AS high, count(*) AS rows, "
+                            f"{nulls} FROM {self.qualified(table)} WHERE {where}")[0][0]
+        low, high, count = bounds["low"], bounds["high"], int(bounds["rows"] or 0)
+        null_counts = {f"{table.name}.{column}": int(bounds[column])
+                       for column in table.nullable_times if bounds[column]}
         if count == 0 or low is None or high is None:
             return Source(self.spark.createDataFrame([], table.schema), 0, 0)
         partitions = self.partitions or self._partitions(count)
@@ -221,7 +246,7 @@ class Reader:
         if cache:
             frame = frame.persist(StorageLevel.MEMORY_AND_DISK)
             frame.count()  # read once, here: later stages use the cache
-        return Source(frame, count, partitions)
+        return Source(frame, count, partitions, null_counts)
 
     def _partitions(self, rows: int) -> int:
         if rows < MIN_ROWS_TO_SPLIT:

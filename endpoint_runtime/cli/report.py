@@ -6,8 +6,9 @@ page with PNG plots. Needs the ``report`` extra (PySpark), Java 17+ and the Post
 driver (``bin/dev`` installs them); see docs/analytics.md.
 
 Without ``--since``/``--until`` a run is incremental: it reads the rows new since the
-output's horizon into its raw extract and recomputes the days they touch; ``--follow`` does so
-every minute. With them it is an ad-hoc report of that window.
+output's horizon into its raw extract and recomputes the days they touch; ``--follow`` keeps
+the per-minute tables current with Structured Streaming and redraws the page every minute.
+With them it is an ad-hoc report of that window.
 
 Example::
 

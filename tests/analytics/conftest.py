@@ -17,8 +17,17 @@ from tests.support.cli import quiet_logging
 def spark(server_dsn: str) -> Iterator[SparkSession]:
     found = prerequisites.check(jdbc_target(server_dsn).unix_socket)
     spark = session.start("local[2]", found)
-    # The test sets are tiny: fewer shuffle tasks per aggregation keep each run short.
+    # The test sets are tiny: fewer shuffle tasks per aggregation keep each run short, and
+    # without adaptive execution each query runs as one Spark job (adaptive execution
+    # submits every shuffle stage as a job of its own, to re-plan after it: nothing to
+    # gain on a few hundred rows, and it about doubles the jobs of a run). The figures do
+    # not depend on it.
     spark.conf.set("spark.sql.shuffle.partitions", "2")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    # Nor is code generated and compiled for each query: on a few hundred rows compiling
+    # costs more than it saves (Spark's interpreted evaluation, same results).
+    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    spark.conf.set("spark.sql.codegen.factoryMode", "NO_CODEGEN")
     yield spark
     spark.stop()
 

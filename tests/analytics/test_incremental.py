@@ -225,13 +225,12 @@ async def test_a_week_day_by_day_equals_one_run_over_the_same_rows(
     await connection.close()
     for audit, errors in batches:
         await insert(database_dsn, audit, errors)
-        report(spark, database_dsn, nightly)
+        last = report(spark, database_dsn, nightly)
     full = report(spark, database_dsn, whole)
     assert full.audit_rows == sum(len(audit) for audit, _ in batches)
     for name in TABLES:
         assert table(spark, nightly, name) == table(spark, whole, name), name
-    last = report(spark, database_dsn, nightly)
-    for result in (last, full):
+    for result in (last, full):  # the page's figures cover every day of each output
         job.page_figures(spark, result)
     assert last.summary == full.summary
     assert last.edges == full.edges
@@ -254,11 +253,11 @@ def in_thread(coroutine: Any) -> None:
         pool.submit(asyncio.run, coroutine).result()
 
 
-def test_the_nightly_command_and_follow(spark: SparkSession, database_dsn: str,
+def test_the_nightly_command(spark: SparkSession, database_dsn: str,
                                         tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                         capsys: pytest.CaptureFixture[str]) -> None:
-    """The cron line's command (docs/analytics.md, "A schedule") twice around new rows, then
-    ``--follow`` for two rounds with rows arriving between them."""
+    """The cron line's command (docs/analytics.md, "A schedule") twice around new rows (the
+    live mode, ``--follow``, is tests/analytics/test_live.py)."""
     out = tmp_path / "report"
     monkeypatch.setenv("ENDPOINT_RUNTIME_DSN", database_dsn)
     in_thread(insert(database_dsn, orders("n", DAY1 + timedelta(hours=1), 5)))
@@ -270,17 +269,6 @@ def test_the_nightly_command_and_follow(spark: SparkSession, database_dsn: str,
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     assert (summary["audit_rows"], summary["days"]) == (3, ["2026-03-02"])
     assert day_counts(spark, out) == {"2026-03-02": 8}
-    rounds: list[ReportResult] = []
-
-    def arrive(result: ReportResult) -> None:
-        rounds.append(result)
-        in_thread(insert(database_dsn, orders(f"f{len(rounds)}", DAY1 + timedelta(days=1),
-                                              2)))
-
-    options = ReportOptions(dsn=database_dsn, out=out, render=False, follow=0.01)
-    job.follow(options, 0.01, spark, rounds=2, after_round=arrive)
-    assert [r.audit_rows for r in rounds] == [0, 2]
-    assert day_counts(spark, out) == {"2026-03-02": 8, "2026-03-03": 2}
 
 
 async def test_null_timestamps_are_skipped_and_counted(

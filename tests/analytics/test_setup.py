@@ -146,6 +146,11 @@ def test_spark_settings_and_follow_arguments() -> None:
     with pytest.raises(argparse.ArgumentTypeError, match="no --since"):
         options_from(parser.parse_args(["--follow", "5", "--since", "1h"]), "", "public")
     assert options_from(parser.parse_args(["--until", "1h"]), "", "public").ad_hoc
+    assert options.micro_batch == 5.0
+    live = options_from(parser.parse_args(["--follow", "--micro-batch", "0.5"]), "", "public")
+    assert (live.follow, live.micro_batch) == (60.0, 0.5)
+    with pytest.raises(argparse.ArgumentTypeError, match="--micro-batch takes a positive"):
+        options_from(parser.parse_args(["--follow", "--micro-batch", "0"]), "", "public")
 
 
 def test_extract_retention_drops_old_days_from_the_manifest(tmp_path: Path) -> None:
