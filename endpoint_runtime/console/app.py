@@ -26,6 +26,7 @@ from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.console.diagram import diagram, short_type
 from endpoint_runtime.console.security import CSRF_FIELD, TokenGate, csrf_token
 from endpoint_runtime.console.storage import ConsoleData
+from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.wire.messages import Headers, RetryHeaders
 
@@ -116,6 +117,11 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
     async def home(request: Request) -> Response:
         return RedirectResponse("/failed", 303)
 
+    async def problem(request: Request, exc: Exception) -> Response:
+        response = page(request, "problem.html", problem=str(exc))
+        response.status_code = 404 if isinstance(exc, QueueNotFoundError) else 500
+        return response
+
     routes = [
         Route("/", home),
         Route("/failed", failed),
@@ -130,6 +136,7 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
         Route("/conversation/{conversation_id}", conversation),
     ]
     return Starlette(routes=routes, lifespan=lifespan,
+                     exception_handlers={EndpointRuntimeError: problem},
                      middleware=[Middleware(TokenGate, token=token, read_only=read_only)])
 
 

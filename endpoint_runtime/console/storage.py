@@ -16,7 +16,7 @@ import asyncpg
 
 from endpoint_runtime.chain.recoverability.error_queue import retry_failed
 from endpoint_runtime.connections.connecting import PostgresTransport
-from endpoint_runtime.errors import EndpointRuntimeError
+from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.transport import QueueAddress, sending, statements
 from endpoint_runtime.transport.queues import ddl_lock
@@ -62,8 +62,11 @@ class ConsoleData:
     async def record(self) -> None:
         """Record the error queue's new rows into ``error_log`` (as ingestion does)."""
         async with self.transport.pool.acquire() as connection:
-            while await self.data.record_error_queue(connection, self.error_queue):
-                pass
+            try:
+                while await self.data.record_error_queue(connection, self.error_queue):
+                    pass
+            except asyncpg.UndefinedTableError as exc:
+                raise QueueNotFoundError(str(self.error_queue)) from exc
 
     def _current(self) -> str:
         """error_log rows whose queue row is still in the error queue."""

@@ -1,0 +1,176 @@
+"""The console over a real PostgreSQL, through HTTP (uvicorn on 127.0.0.1): the token gate,
+CSRF, read-only mode, failed-message groups, retry through ``retry_failed``, archive and
+restore, the operator log, escaping, the endpoints and conversation pages."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import msgspec
+
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.console.security import COOKIE
+from endpoint_runtime.wire.messages import Headers
+from tests.console.conftest import Console, plant_failed
+
+
+class Invoice(msgspec.Struct):
+    number: str
+
+
+async def _groups(console: Console) -> dict[str, tuple[str, int]]:
+    """Exception type -> (group key, count), read from the failed-messages page."""
+    async with console.client() as client:
+        html = (await client.get("/failed")).text
+    rows = re.findall(r'href="/failed/group/([0-9a-f]{32})">([^<]*)</a></td>\s*<td>[^<]*</td>'
+                      r'<td class="count">(\d+)</td>', html)
+    return {name: (key, int(n)) for key, name, n in rows}
+
+
+async def _plant_two_groups(db: PostgresTransport) -> list[uuid.UUID]:
+    ids = [(await plant_failed(db, "billing", Invoice(str(i)), "builtins.TimeoutError",
+                               "the card service timed out")).native_id for i in range(3)]
+    for i in range(2):
+        await plant_failed(db, "shipping", Invoice(f"s{i}"), "builtins.KeyError", "'address'")
+    return ids
+
+
+async def test_every_request_needs_the_token(console: Console) -> None:
+    async with console.client(authorised=False) as anonymous:
+        assert (await anonymous.get("/failed")).status_code == 403
+        assert (await anonymous.get("/failed?token=wrong")).status_code == 403
+    async with console.client(authorised=False) as forged:
+        forged.cookies.set(COOKIE, "wrong")
+        assert (await forged.get("/failed")).status_code == 403
+    async with console.client(authorised=False) as anonymous:
+        opened = await anonymous.get("/failed?token=" + console.token)
+        assert opened.status_code == 303
+        assert opened.headers["location"] == "/failed"  # the token leaves the address bar
+        assert COOKIE in opened.cookies
+        cookie = opened.headers["set-cookie"].lower()
+        assert "httponly" in cookie
+        assert "samesite=strict" in cookie
+        assert (await anonymous.get("/endpoints")).status_code == 200  # the cookie opens it
+    async with console.client() as bearer:
+        assert (await bearer.get("/endpoints")).status_code == 200
+
+
+async def test_a_missing_error_queue_is_named(console: Console) -> None:
+    async with console.client() as client:
+        page = await client.get("/failed")
+    assert page.status_code == 404
+    assert "queue public.error does not exist" in page.text
+
+
+async def test_groups_by_exception_and_a_group_retry_moves_them_back(
+    console: Console, db: PostgresTransport
+) -> None:
+    ids = await _plant_two_groups(db)
+    groups = await _groups(console)
+    assert {name: n for name, (_, n) in groups.items()} == {
+        "builtins.TimeoutError": 3, "builtins.KeyError": 2}
+
+    key = groups["builtins.TimeoutError"][0]
+    async with console.client() as client:
+        done = await client.post(f"/failed/group/{key}/retry", data=console.csrf)
+        assert done.status_code == 303
+    assert await db.depth("billing") == 3
+    assert await db.depth("error") == 2
+    back = {r["id"] for r in await db.pool.fetch('SELECT id FROM "public"."billing"')}
+    assert back == set(ids)  # the original native ids, as `errors retry` restores them
+    assert {name: n for name, (_, n) in (await _groups(console)).items()} == {
+        "builtins.KeyError": 2}  # retried messages leave their group
+    action = await db.pool.fetchrow("SELECT * FROM console_actions")
+    assert action["action"] == "retry"
+    assert action["outcome"] == "3 retried"
+    assert len(set(action["native_ids"])) == 3
+    assert action["client"].startswith("127.0.0.1:")
+
+
+async def test_a_post_without_the_csrf_token_is_refused(
+    console: Console, db: PostgresTransport
+) -> None:
+    await _plant_two_groups(db)
+    key = (await _groups(console))["builtins.KeyError"][0]
+    async with console.client() as client:
+        assert (await client.post(f"/failed/group/{key}/retry")).status_code == 403
+        assert (await client.post(f"/failed/group/{key}/retry",
+                                  data={"csrf": "0" * 64})).status_code == 403
+    assert await db.depth("error") == 5
+    assert await db.depth("shipping") == 0
+    assert await db.pool.fetchval("SELECT count(*) FROM console_actions") == 0
+
+
+async def test_read_only_refuses_actions_and_shows_no_buttons(
+    read_only_console: Console, db: PostgresTransport
+) -> None:
+    await _plant_two_groups(db)
+    groups = await _groups(read_only_console)
+    async with read_only_console.client() as client:
+        page = (await client.get("/failed")).text
+        refused = await client.post(f"/failed/group/{groups['builtins.KeyError'][0]}/retry",
+                                    data=read_only_console.csrf)
+    assert "Retry group" not in page
+    assert "read-only" in page
+    assert refused.status_code == 403
+    assert await db.depth("error") == 5
+
+
+async def test_archive_and_restore_a_message(console: Console, db: PostgresTransport) -> None:
+    [first, *_] = await _plant_two_groups(db)
+    async with console.client() as client:
+        await client.post(f"/message/{first}/archive", data=console.csrf)
+        assert await db.depth("error") == 4
+        archived = (await client.get(f"/message/{first}")).text
+        assert "archived" in archived
+        assert "Restore" in archived
+        assert str(first) in (await client.get("/archive")).text
+        await client.post(f"/message/{first}/restore", data=console.csrf)
+        assert await db.depth("error") == 5
+        assert (await _groups(console))["builtins.TimeoutError"][1] == 3
+        log = (await client.get("/actions")).text
+    assert "1 archived" in log
+    assert "1 restored" in log
+
+
+async def test_hostile_type_names_and_bodies_are_escaped(
+    console: Console, db: PostgresTransport
+) -> None:
+    hostile = '<script>alert("type")</script><img src=x onerror=alert(1)>'
+    planted = await plant_failed(
+        db, "billing", Invoice(f"<img src=x onerror=alert(2)>{hostile}"),
+        "<script>alert('exc')</script>", "<img src=x onerror=alert(3)>",
+        headers={Headers.ENCLOSED_MESSAGE_TYPES: hostile})
+    async with console.client() as client:
+        pages = [(await client.get(path)).text for path in (
+            "/failed", f"/message/{planted.native_id}", "/messages?q=%3Cscript%3E")]
+        key = (await _groups(console))["&lt;script&gt;alert(&#39;exc&#39;)&lt;/script&gt;"][0]
+        pages.append((await client.get(f"/failed/group/{key}")).text)
+    for html in pages:
+        assert "<script>alert" not in html
+        assert "<img src=x" not in html
+    assert "&lt;img src=x onerror=alert(2)&gt;" in pages[1]  # the body, as text
+
+
+async def test_endpoints_page_shows_queue_lengths(console: Console, db: PostgresTransport) -> None:
+    await _plant_two_groups(db)
+    async with console.client() as client:
+        html = (await client.get("/endpoints")).text
+    assert re.search(r'<td>public\.error</td><td class="length">5</td>', html)
+    assert re.search(r'<td>public\.billing</td><td class="length">0</td>', html)
+
+
+async def test_a_conversation_draws_its_endpoints_as_lanes(
+    console: Console, db: PostgresTransport
+) -> None:
+    conversation = str(uuid.uuid4())
+    await plant_failed(db, "billing", Invoice("c1"), "builtins.ValueError", "bad",
+                       conversation_id=conversation)
+    await _groups(console)  # the failed-messages page records the error queue
+    async with console.client() as client:
+        html = (await client.get(f"/conversation/{conversation}")).text
+    lanes = re.findall(r'<g class="lane"><text[^>]*>([^<]*)</text>', html)
+    assert lanes == ["sales", "billing"]
+    assert 'class="arrow failed"' in html
+    assert "Invoice" in html
