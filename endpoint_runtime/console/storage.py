@@ -16,6 +16,7 @@ import asyncpg
 
 from endpoint_runtime.chain.recoverability.error_queue import retry_failed
 from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.console.charts import series
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.transport import QueueAddress, sending, statements
@@ -171,7 +172,8 @@ class ConsoleData:
 
     async def endpoints(self) -> list[dict[str, Any]]:
         """Each queue table's length, with the audit log's last hour per processing
-        endpoint: messages, per-minute throughput, mean processing and critical time."""
+        endpoint: messages, per-minute throughput, mean processing and critical time, and
+        the series per minute (messages, mean critical time) for the charts."""
         queues = await self.transport.list_queues(self.error_queue.schema)
         audit = {row["endpoint"]: row for row in await self.transport.pool.fetch(
             f"SELECT processing_endpoint AS endpoint, count(*) AS messages, "
@@ -179,10 +181,22 @@ class ConsoleData:
             f"avg(critical_time_ms) AS critical_ms, max(processing_ended) AS last "
             f"FROM {self.audit_log} WHERE processing_ended > now() - interval '1 hour' "
             "GROUP BY 1")}
+        minutes: dict[str, list[asyncpg.Record]] = {}
+        for row in await self.transport.pool.fetch(
+            f"SELECT processing_endpoint AS endpoint, "
+            f"date_trunc('minute', processing_ended) AS minute, count(*) AS messages, "
+            f"avg(critical_time_ms) AS critical_ms FROM {self.audit_log} "
+            "WHERE processing_ended > date_trunc('minute', now()) - interval '59 minutes' "
+            "GROUP BY 1, 2"):
+            minutes.setdefault(row["endpoint"], []).append(row)
+        now = await self.transport.pool.fetchval("SELECT now()")
         rows: list[dict[str, Any]] = []
         for queue in queues:
+            per_minute = minutes.get(queue.address.table, [])
             rows.append({"queue": str(queue.address), "length": queue.depth,
-                         "audit": audit.get(queue.address.table)})
+                         "audit": audit.get(queue.address.table),
+                         "throughput": series(per_minute, now, "messages"),
+                         "critical": series(per_minute, now, "critical_ms")})
         return rows
 
     async def search(self, text: str) -> list[asyncpg.Record]:

@@ -174,3 +174,23 @@ async def test_a_conversation_draws_its_endpoints_as_lanes(
     assert lanes == ["sales", "billing"]
     assert 'class="arrow failed"' in html
     assert "Invoice" in html
+
+
+async def test_endpoints_page_charts_the_audit_log_per_minute(
+    console: Console, db: PostgresTransport
+) -> None:
+    # audit_log exists: the console created it (ingestion's tables) before it served.
+    await db.pool.execute("""
+        INSERT INTO audit_log (message_id, processing_endpoint, processing_ended,
+                               processing_time_ms, critical_time_ms, body_size, retries, headers)
+        SELECT 'm' || i, 'billing', now() - (i % 3) * interval '1 minute', 2, 10 * (i % 3 + 1),
+               0, 0, '{}'
+        FROM generate_series(1, 30) AS i""")
+    async with console.client() as client:
+        html = (await client.get("/endpoints")).text
+    row = re.search(r"<td>public\.billing</td>.*?</tr>", html, re.S)
+    assert row is not None
+    assert '<td class="handled">30</td>' in row.group()
+    assert "<polyline" in row.group()
+    assert "peak 10 msg/min" in row.group()  # 30 messages over 3 minutes
+    assert "peak 30 ms" in row.group()
