@@ -24,6 +24,7 @@ from starlette.routing import Route
 from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.console.diagram import diagram, short_type
+from endpoint_runtime.console.jobs import Job, Jobs
 from endpoint_runtime.console.security import CSRF_FIELD, TokenGate, csrf_token
 from endpoint_runtime.console.storage import ConsoleData
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
@@ -41,17 +42,23 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
                read_only: bool = False) -> Starlette:
     """The console over the database of ``settings``; ``token`` opens it."""
 
+    jobs = Jobs()
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with PostgresTransport.connect(settings) as transport:
             app.state.data = ConsoleData(transport, error_queue)
             await app.state.data.setup()
-            yield
+            try:
+                yield
+            finally:
+                await jobs.stop()
 
-    def page(request: Request, template: str, **values: Any) -> HTMLResponse:
+    def page(request: Request, template: str, status_code: int = 200,
+             **values: Any) -> HTMLResponse:
         html = TEMPLATES.get_template(template).render(
             csrf=csrf_token(token), csrf_field=CSRF_FIELD, read_only=read_only, **values)
-        return HTMLResponse(html)
+        return HTMLResponse(html, status_code)
 
     def data(request: Request) -> ConsoleData:
         console: ConsoleData = request.app.state.data
@@ -69,30 +76,41 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
         native_id = _uuid(request.path_params["native_id"])
         row = None if native_id is None else await data(request).message(native_id)
         if row is None:
-            return page(request, "missing.html", what=request.path_params["native_id"])
+            return page(request, "missing.html", what=request.path_params["native_id"],
+                        status_code=404)
         return page(request, "message.html", **_message_view(row))
 
     async def act(request: Request) -> Response:
         console, action = data(request), request.path_params["action"]
-        if "key" in request.path_params:
-            ids = await console.group_ids(request.path_params["key"])
-        else:
-            parsed = _uuid(request.path_params["native_id"])
-            ids = [] if parsed is None else [parsed]
-        if action == "retry":
-            moved, problems = await console.retry(ids)
-            outcome = f"{moved} retried" + (f"; {len(problems)} stayed: {problems[0]}"
-                                            if problems else "")
-        elif action == "archive":
-            outcome = f"{await console.archive_messages(ids)} archived"
-        elif action == "restore":
-            outcome = f"{await console.restore(ids)} restored"
-        else:
+        move = {"retry": console.retry_one, "archive": console.archive_one,
+                "restore": console.restore_one}.get(action)
+        if move is None:
             return HTMLResponse("unknown action", 404)
         client = request.client
-        await console.log_action(action, ids, outcome,
-                                 f"{client.host}:{client.port}" if client else "-")
-        return RedirectResponse(f"/actions?done={action}", 303)
+        where = f"{client.host}:{client.port}" if client else "-"
+
+        async def log(job: Job, ids: list[uuid.UUID]) -> None:
+            await console.log_action(action, ids, job.outcome, where)
+
+        if "key" in request.path_params:
+            ids = await console.group_ids(request.path_params["key"])
+            job = jobs.start(action, ids, move, lambda job: log(job, ids))
+            return RedirectResponse(f"/jobs/{job.id}", 303)
+        native_id = _uuid(request.path_params["native_id"])
+        if native_id is None:
+            return HTMLResponse("not a native id", 404)
+        job = Job(id="-", action=action, total=1, done=1, finished=True)
+        why = await move(native_id)
+        job.stayed.extend([why] if why else [])
+        await log(job, [native_id])
+        return RedirectResponse("/actions", 303)
+
+    async def job_page(request: Request) -> Response:
+        job = jobs.get(request.path_params["job_id"])
+        if job is None:
+            return page(request, "missing.html", what=request.path_params["job_id"],
+                        status_code=404)
+        return page(request, "job.html", job=job)
 
     async def archive(request: Request) -> Response:
         return page(request, "archive.html", messages=await data(request).archived())
@@ -118,9 +136,8 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
         return RedirectResponse("/failed", 303)
 
     async def problem(request: Request, exc: Exception) -> Response:
-        response = page(request, "problem.html", problem=str(exc))
-        response.status_code = 404 if isinstance(exc, QueueNotFoundError) else 500
-        return response
+        return page(request, "problem.html", problem=str(exc),
+                    status_code=404 if isinstance(exc, QueueNotFoundError) else 500)
 
     routes = [
         Route("/", home),
@@ -129,6 +146,7 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
         Route("/failed/group/{key}/{action}", act, methods=["POST"]),
         Route("/message/{native_id}", message),
         Route("/message/{native_id}/{action}", act, methods=["POST"]),
+        Route("/jobs/{job_id}", job_page),
         Route("/archive", archive),
         Route("/actions", actions),
         Route("/endpoints", endpoints),

@@ -109,48 +109,39 @@ class ConsoleData:
             f"SELECT id, NULL::bigint AS seq, NULL::timestamptz AS expires, headers, body, "
             f"archived_at FROM {self.archive} WHERE id = $1", native_id)
 
-    async def retry(self, native_ids: list[uuid.UUID]) -> tuple[int, list[str]]:
-        """Each message back to its FailedQ, as ``errors retry`` does; returns how many moved
-        and why the others did not."""
-        moved, problems = 0, []
-        for native_id in native_ids:
-            try:
-                await retry_failed(self.transport, native_id, str(self.error_queue))
-                moved += 1
-            except EndpointRuntimeError as exc:
-                problems.append(str(exc))
-        return moved, problems
+    async def retry_one(self, native_id: uuid.UUID) -> str | None:
+        """Back to its FailedQ, as ``errors retry`` does; returns why it stayed, or None."""
+        try:
+            await retry_failed(self.transport, native_id, str(self.error_queue))
+        except EndpointRuntimeError as exc:
+            return str(exc)
+        return None
 
-    async def archive_messages(self, native_ids: list[uuid.UUID]) -> int:
-        """Out of the error queue into the archive, one transaction each."""
+    async def archive_one(self, native_id: uuid.UUID) -> str | None:
+        """Out of the error queue into the archive, in one transaction; returns why it
+        stayed, or None."""
         take = statements.for_queue(self.error_queue)["take_by_id"]
-        moved = 0
-        for native_id in native_ids:
-            async with self.transport.pool.acquire() as connection, connection.transaction():
-                row = await connection.fetchrow(take, native_id)
-                if row is None:
-                    continue
-                await connection.execute(
-                    f"INSERT INTO {self.archive} (id, headers, body, error_queue) "
-                    "VALUES ($1, $2, $3, $4)", row["id"], row["headers"], row["body"],
-                    str(self.error_queue))
-                moved += 1
-        return moved
+        async with self.transport.pool.acquire() as connection, connection.transaction():
+            row = await connection.fetchrow(take, native_id)
+            if row is None:
+                return f"no message {native_id} in {self.error_queue}"
+            await connection.execute(
+                f"INSERT INTO {self.archive} (id, headers, body, error_queue) "
+                "VALUES ($1, $2, $3, $4)", row["id"], row["headers"], row["body"],
+                str(self.error_queue))
+        return None
 
-    async def restore(self, native_ids: list[uuid.UUID]) -> int:
+    async def restore_one(self, native_id: uuid.UUID) -> str | None:
         """From the archive back into the error queue, byte for byte."""
-        restored = 0
-        for native_id in native_ids:
-            async with self.transport.pool.acquire() as connection, connection.transaction():
-                row = await connection.fetchrow(
-                    f"DELETE FROM {self.archive} WHERE id = $1 RETURNING id, headers, body",
-                    native_id)
-                if row is None:
-                    continue
-                await sending.send_raw(connection, self.error_queue, row["id"], row["headers"],
-                                       bytes(row["body"] or b""))
-                restored += 1
-        return restored
+        async with self.transport.pool.acquire() as connection, connection.transaction():
+            row = await connection.fetchrow(
+                f"DELETE FROM {self.archive} WHERE id = $1 RETURNING id, headers, body",
+                native_id)
+            if row is None:
+                return f"no message {native_id} in the archive"
+            await sending.send_raw(connection, self.error_queue, row["id"], row["headers"],
+                                   bytes(row["body"] or b""))
+        return None
 
     async def archived(self) -> list[asyncpg.Record]:
         return await self.transport.pool.fetch(

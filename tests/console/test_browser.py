@@ -87,6 +87,9 @@ async def test_retry_a_group_produced_by_a_real_endpoint(
 
         await page.goto(f"{console.url}/failed")
         await group.get_by_role("button", name="Retry group").click()
+        await expect(page.locator("#job-state")).to_have_text("finished")  # it refreshes
+        await expect(page.locator("#job-outcome")).to_have_text(f"{ORDERS} retried")
+        await page.get_by_role("link", name="Operator log").first.click()
         await expect(page.locator("#actions td.outcome").first).to_have_text(
             f"{ORDERS} retried")
         assert dialogs == [f"Retry {ORDERS} messages?"]

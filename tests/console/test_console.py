@@ -4,15 +4,19 @@ restore, the operator log, escaping, the endpoints and conversation pages."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 
+import httpx
 import msgspec
 
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.console.security import COOKIE
 from endpoint_runtime.wire.messages import Headers
 from tests.console.conftest import Console, plant_failed
+
+JOB_TIMEOUT = 10.0
 
 
 class Invoice(msgspec.Struct):
@@ -26,6 +30,21 @@ async def _groups(console: Console) -> dict[str, tuple[str, int]]:
     rows = re.findall(r'href="/failed/group/([0-9a-f]{32})">([^<]*)</a></td>\s*<td>[^<]*</td>'
                       r'<td class="count">(\d+)</td>', html)
     return {name: (key, int(n)) for key, name, n in rows}
+
+
+async def _run_job(client: httpx.AsyncClient, started: httpx.Response) -> str:
+    """Follow a group action's job page until it has finished; returns its outcome."""
+    assert started.status_code == 303
+    job = started.headers["location"]
+    assert job.startswith("/jobs/")
+    async with asyncio.timeout(JOB_TIMEOUT):
+        while True:
+            html = (await client.get(job)).text
+            if '<p id="job-state">finished</p>' in html:
+                found = re.search(r'<p id="job-outcome">([^<]*)</p>', html)
+                assert found is not None
+                return found.group(1)
+            await asyncio.sleep(0.05)
 
 
 async def _plant_two_groups(db: PostgresTransport) -> list[uuid.UUID]:
@@ -73,8 +92,9 @@ async def test_groups_by_exception_and_a_group_retry_moves_them_back(
 
     key = groups["builtins.TimeoutError"][0]
     async with console.client() as client:
-        done = await client.post(f"/failed/group/{key}/retry", data=console.csrf)
-        assert done.status_code == 303
+        outcome = await _run_job(
+            client, await client.post(f"/failed/group/{key}/retry", data=console.csrf))
+    assert outcome == "3 retried"
     assert await db.depth("billing") == 3
     assert await db.depth("error") == 2
     back = {r["id"] for r in await db.pool.fetch('SELECT id FROM "public"."billing"')}
@@ -86,6 +106,21 @@ async def test_groups_by_exception_and_a_group_retry_moves_them_back(
     assert action["outcome"] == "3 retried"
     assert len(set(action["native_ids"])) == 3
     assert action["client"].startswith("127.0.0.1:")
+
+
+async def test_a_group_retry_keeps_what_cannot_go_back_and_says_why(
+    console: Console, db: PostgresTransport
+) -> None:
+    await _plant_two_groups(db)
+    await db.drop_queue("billing")  # the FailedQ of the TimeoutError group is gone
+    key = (await _groups(console))["builtins.TimeoutError"][0]
+    async with console.client() as client:
+        outcome = await _run_job(
+            client, await client.post(f"/failed/group/{key}/retry", data=console.csrf))
+    assert outcome.startswith("0 retried; 3 stayed: ")
+    assert "public.billing does not exist" in outcome
+    assert await db.depth("error") == 5  # nothing lost
+    assert (await _groups(console))["builtins.TimeoutError"][1] == 3
 
 
 async def test_a_post_without_the_csrf_token_is_refused(
