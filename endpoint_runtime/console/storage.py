@@ -25,6 +25,8 @@ from endpoint_runtime.transport.queues import ddl_lock
 GROUP_KEY = ("md5(coalesce(e.exception_type, '') || chr(10) || "
              "coalesce(e.exception_message, ''))")
 ROWS_SHOWN = 200
+LAST_CHARACTER = "\U0010ffff"
+"""Above every string that starts with a prefix, in byte order: the prefix search's bound."""
 
 
 class ConsoleData:
@@ -57,6 +59,8 @@ class ConsoleData:
                         ON {self.audit_log} (conversation_id);
                     CREATE INDEX IF NOT EXISTS console_audit_message_idx
                         ON {self.audit_log} (message_id);
+                    CREATE INDEX IF NOT EXISTS console_audit_type_idx
+                        ON {self.audit_log} ((message_type COLLATE "C"));
                     CREATE INDEX IF NOT EXISTS console_error_group_idx
                         ON {self.error_log} (({GROUP_KEY.replace('e.', '')}));""")
 
@@ -75,14 +79,19 @@ class ConsoleData:
                 "ON q.id = e.native_id AND q.seq = e.queue_seq WHERE e.source = $1")
 
     async def groups(self) -> list[asyncpg.Record]:
+        """One row per exception type and message. Counted first per (exception, queue,
+        type) with a hash aggregate, then folded: the arrays and the key are built per group,
+        not per message."""
         await self.record()
         return await self.transport.pool.fetch(
+            "WITH fine AS (SELECT e.exception_type, e.exception_message, e.failed_queue, "
+            "e.message_type, count(*) AS n, min(e.time_of_failure) AS first, "
+            f"max(e.time_of_failure) AS last {self._current()} GROUP BY 1, 2, 3, 4) "
             f"SELECT {GROUP_KEY} AS key, e.exception_type, e.exception_message, "
-            "count(*) AS count, min(e.time_of_failure) AS first, max(e.time_of_failure) AS last, "
+            "sum(e.n)::bigint AS count, min(e.first) AS first, max(e.last) AS last, "
             "array_agg(DISTINCT e.failed_queue) AS queues, "
-            f"array_agg(DISTINCT e.message_type) AS types {self._current()} "
-            "GROUP BY 1, 2, 3 ORDER BY count(*) DESC, max(e.time_of_failure) DESC",
-            str(self.error_queue))
+            "array_agg(DISTINCT e.message_type) AS types FROM fine e "
+            "GROUP BY 1, 2, 3 ORDER BY 4 DESC, 6 DESC", str(self.error_queue))
 
     async def group_messages(self, key: str) -> list[asyncpg.Record]:
         await self.record()
@@ -195,9 +204,10 @@ class ConsoleData:
         return await self.transport.pool.fetch(
             f"SELECT message_id, message_type, conversation_id, sending_endpoint, "
             f"processing_endpoint, processing_ended FROM {self.audit_log} "
-            "WHERE message_id = $1 OR conversation_id = $1 OR message_type LIKE $2 "
+            "WHERE message_id = $1 OR conversation_id = $1 "
+            'OR (message_type COLLATE "C" >= $1 AND message_type COLLATE "C" < $2) '
             f"ORDER BY processing_ended DESC LIMIT {ROWS_SHOWN}",
-            text, text.replace("%", r"\%").replace("_", r"\_") + "%")
+            text, text + LAST_CHARACTER)
 
     async def conversation(self, conversation_id: str) -> list[asyncpg.Record]:
         """The conversation's audited and failed messages, oldest first."""
