@@ -291,7 +291,8 @@ async def serve_console() -> None:
 
     print("starting the console (Ctrl-C stops it)", flush=True)
     parser_args = argparse.Namespace(host="127.0.0.1", port=CONSOLE_PORT, token=None,
-                                     error_queue=ERROR_QUEUE, read_only=False)
+                                     error_queue=ERROR_QUEUE, read_only=False,
+                                     report=None)
     await console_command(parser_args, load_settings(TransportSettings))
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
 from endpoint_runtime.cli.common import EXIT_OK, positive_int
 from endpoint_runtime.settings import TransportSettings
@@ -41,6 +42,8 @@ def add_parser(
                          "printed)")
     console.add_argument("--error-queue", default="error", metavar="QUEUE",
                          help="the error queue (default error)")
+    console.add_argument("--report", type=Path, default=None, metavar="DIR",
+                         help="serve the Spark report written to DIR (`report --out DIR`)")
     console.add_argument("--read-only", action="store_true",
                          help="show everything, change nothing")
     console.set_defaults(handler=console_command)
@@ -54,7 +57,8 @@ async def console_command(args: argparse.Namespace, settings: TransportSettings)
     from endpoint_runtime.console.security import new_token
 
     token = args.token or os.environ.get(TOKEN_VARIABLE) or new_token()
-    app = create_app(settings, token, error_queue=args.error_queue, read_only=args.read_only)
+    app = create_app(settings, token, error_queue=args.error_queue, read_only=args.read_only,
+                     report=args.report)
     print(f"console: http://{args.host}:{args.port}/?token={token}", flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
     await uvicorn.Server(config).serve()

@@ -24,6 +24,7 @@ from starlette.routing import Route
 from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.console.diagram import diagram, short_type
+from endpoint_runtime.console.files import file_routes
 from endpoint_runtime.console.jobs import Job, Jobs
 from endpoint_runtime.console.security import CSRF_FIELD, TokenGate, csrf_token
 from endpoint_runtime.console.storage import ConsoleData
@@ -39,8 +40,9 @@ TEMPLATES.filters["short_type"] = short_type
 
 
 def create_app(settings: TransportSettings, token: str, *, error_queue: str = "error",
-               read_only: bool = False) -> Starlette:
-    """The console over the database of ``settings``; ``token`` opens it."""
+               read_only: bool = False, report: Path | None = None) -> Starlette:
+    """The console over the database of ``settings``; ``token`` opens it; ``report`` is the
+    Spark report's output directory, if it is to be served."""
 
     jobs = Jobs()
 
@@ -152,6 +154,7 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
         Route("/endpoints", endpoints),
         Route("/messages", messages),
         Route("/conversation/{conversation_id}", conversation),
+        *file_routes(report),
     ]
     return Starlette(routes=routes, lifespan=lifespan,
                      exception_handlers={EndpointRuntimeError: problem},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import msgspec
@@ -46,8 +47,10 @@ def _free_port() -> int:
         return port
 
 
-async def serve(dsn: str, *, read_only: bool = False) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    app = create_app(TransportSettings(dsn=dsn), TOKEN, read_only=read_only)
+async def serve(
+    dsn: str, *, read_only: bool = False, report: Path | None = None,
+) -> tuple[uvicorn.Server, asyncio.Task[None]]:
+    app = create_app(TransportSettings(dsn=dsn), TOKEN, read_only=read_only, report=report)
     port = _free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="on"))
@@ -75,6 +78,18 @@ async def console(database_dsn: str) -> AsyncIterator[Console]:
 @pytest.fixture
 async def read_only_console(database_dsn: str) -> AsyncIterator[Console]:
     server, task = await serve(database_dsn, read_only=True)
+    yield Console(f"http://127.0.0.1:{server.config.port}", TOKEN)
+    await _stop(server, task)
+
+
+@pytest.fixture
+async def report_console(database_dsn: str, tmp_path: Path) -> AsyncIterator[Console]:
+    """A console serving the report written to ``tmp_path`` (a page and one plot)."""
+    (tmp_path / "plots").mkdir()
+    (tmp_path / "report.html").write_text('<h1>Report</h1><img src="plots/flow.png">')
+    (tmp_path / "plots" / "flow.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (tmp_path / "secret.png").write_bytes(b"not a plot")
+    server, task = await serve(database_dsn, report=tmp_path)
     yield Console(f"http://127.0.0.1:{server.config.port}", TOKEN)
     await _stop(server, task)
 

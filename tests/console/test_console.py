@@ -229,3 +229,39 @@ async def test_endpoints_page_charts_the_audit_log_per_minute(
     assert "<polyline" in row.group()
     assert "peak 10 msg/min" in row.group()  # 30 messages over 3 minutes
     assert "peak 30 ms" in row.group()
+
+
+async def test_every_response_forbids_inline_scripts_and_framing(console: Console) -> None:
+    async with console.client(authorised=False) as anonymous:
+        refused = await anonymous.get("/failed")
+    async with console.client() as client:
+        page = await client.get("/endpoints")
+        script = await client.get("/console.js")
+    for response in (refused, page):
+        policy = response.headers["content-security-policy"]
+        assert "script-src 'self';" in policy
+        assert "frame-ancestors 'none'" in policy
+        assert response.headers["referrer-policy"] == "no-referrer"
+    assert "onsubmit" not in page.text  # no inline handler: the confirmation is console.js
+    assert script.status_code == 200
+    assert "confirm" in script.text
+
+
+async def test_the_report_is_served_from_its_directory_and_only_its_plots(
+    report_console: Console, console: Console
+) -> None:
+    async with report_console.client() as client:
+        page = await client.get("/report/")
+        plot = await client.get("/report/plots/flow.png")
+        outside = [await client.get(path) for path in (
+            "/report/plots/..%2Fsecret.png", "/report/plots/../secret.png",
+            "/report/plots/missing.png")]
+    assert page.status_code == 200
+    assert "<h1>Report</h1>" in page.text
+    assert plot.status_code == 200
+    assert plot.headers["content-type"] == "image/png"
+    assert [r.status_code for r in outside] == [404, 404, 404]
+    async with console.client() as client:
+        none = await client.get("/report/")
+    assert none.status_code == 404
+    assert "--report DIR" in none.text
