@@ -59,6 +59,8 @@ class ConsoleData:
                         ON {self.audit_log} (conversation_id);
                     CREATE INDEX IF NOT EXISTS console_audit_message_idx
                         ON {self.audit_log} (message_id);
+                    CREATE INDEX IF NOT EXISTS console_error_conversation_idx
+                        ON {self.error_log} (conversation_id);
                     CREATE INDEX IF NOT EXISTS console_audit_type_idx
                         ON {self.audit_log} ((message_type COLLATE "C"));
                     CREATE INDEX IF NOT EXISTS console_error_group_idx
