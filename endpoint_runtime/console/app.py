@@ -37,6 +37,8 @@ TEMPLATES = Environment(
     autoescape=select_autoescape(default=True, default_for_string=True),
 )
 TEMPLATES.filters["short_type"] = short_type
+TEMPLATES.filters["fromjson"] = lambda value: (value if isinstance(value, dict)
+                                               else json.loads(value))
 
 
 def create_app(settings: TransportSettings, token: str, *, error_queue: str = "error",
@@ -121,7 +123,9 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
         return page(request, "actions.html", actions=await data(request).action_log())
 
     async def endpoints(request: Request) -> Response:
-        return page(request, "endpoints.html", endpoints=await data(request).endpoints())
+        console = data(request)
+        return page(request, "endpoints.html", endpoints=await console.endpoints(),
+                    deployments=await console.deployments())
 
     async def messages(request: Request) -> Response:
         query = request.query_params.get("q", "").strip()

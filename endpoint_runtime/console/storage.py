@@ -19,6 +19,7 @@ from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.console.charts import series
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.ingestion.storage import OperationalData
+from endpoint_runtime.runtime.heartbeats import read_heartbeats
 from endpoint_runtime.transport import QueueAddress, sending, statements
 from endpoint_runtime.transport.queues import ddl_lock
 
@@ -200,6 +201,11 @@ class ConsoleData:
                          "throughput": series(per_minute, now, "messages"),
                          "critical": series(per_minute, now, "critical_ms")})
         return rows
+
+    async def deployments(self) -> list[asyncpg.Record]:
+        """The deployments' heartbeats (state, receivers per node, counts, last seen)."""
+        async with self.transport.pool.acquire() as connection:
+            return await read_heartbeats(connection, self.error_queue.schema)
 
     async def search(self, text: str) -> list[asyncpg.Record]:
         """Audit rows whose message id, conversation or type is ``text`` (type: a prefix)."""

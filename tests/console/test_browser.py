@@ -99,7 +99,13 @@ async def test_retry_a_group_produced_by_a_real_endpoint(
         await expect(page.get_by_text("No failed messages.")).to_be_visible()
         await page.goto(f"{console.url}/endpoints")
         await expect(page.locator("#endpoints")).to_contain_text("public.switched")
+        deployment = page.locator("tr.deployment", has_text="switched")
+        await expect(deployment.locator("td.state")).to_have_text("running")
+        await expect(deployment.locator("td.receivers")).to_contain_text(" on ")
         await screenshot(page, "endpoints")
+        await deployer.stop_all()  # its last heartbeat says so
+        await page.reload()
+        await expect(deployment.locator("td.state")).to_have_text("stopped")
     finally:
         await deployer.stop_all()
 

@@ -13,6 +13,7 @@ import msgspec
 
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.console.security import COOKIE
+from endpoint_runtime.runtime.heartbeats import create_heartbeats_table
 from endpoint_runtime.wire.messages import Headers
 from tests.console.conftest import Console, plant_failed
 
@@ -265,3 +266,24 @@ async def test_the_report_is_served_from_its_directory_and_only_its_plots(
         none = await client.get("/report/")
     assert none.status_code == 404
     assert "--report DIR" in none.text
+
+
+async def test_deployments_come_from_heartbeats_and_an_old_one_is_silent(
+    console: Console, db: PostgresTransport
+) -> None:
+    async with db.pool.acquire() as connection:
+        await create_heartbeats_table(connection, "public")
+    await db.pool.execute("""
+        INSERT INTO endpoint_heartbeats (endpoint, deployment_id, host, state,
+            receivers_by_node, processed, failed, estimate, last_seen)
+        VALUES ('billing', 'aaaa', 'node-1', 'running', '{"n1": 2}', 7, 1, 0, now()),
+               ('shipping', 'bbbb', 'node-2', 'running', '{}', 0, 0, 3,
+                now() - interval '1 minute'),
+               ('sales', 'cccc', 'node-2', 'stopped', '{}', 5, 0, 0,
+                now() - interval '1 hour')""")
+    async with console.client() as client:
+        html = (await client.get("/endpoints")).text
+    states = dict(re.findall(r'<tr class="deployment"><td>(\w+)</td>.*?<td class="state">(\w+)',
+                             html, re.S))
+    assert states == {"billing": "running", "shipping": "silent", "sales": "stopped"}
+    assert '<td class="receivers">2 on n1</td>' in html

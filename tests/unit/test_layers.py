@@ -50,7 +50,6 @@ NEVER: list[tuple[str, str, str]] = [
     ("Analytics", "Cli", "the report is a library first"),
     ("Wire", "Transport", "the wire format has no SQL"),
     ("Delayed", "Chain", "the delayed store sits below the chain"),
-    ("Console", "Runtime", "the console reads the database, never Ray"),
     ("Console", "Cli", "the console is a library first"),
     ("Runtime", "Console", "endpoints run without the console"),
     ("Ingestion", "Console", "ingestion runs without the console"),
