@@ -94,6 +94,8 @@ async def test_retry_a_group_produced_by_a_real_endpoint(
             f"{ORDERS} retried")
         assert dialogs == [f"Retry {ORDERS} messages?"]
         await wait_for(lambda: _charges(shop), timeout=30, what="the retried orders handled")
+        await wait_for(lambda: _beat_counts(shop), timeout=20,
+                       what="a heartbeat counting the failures and the retried orders")
         await screenshot(page, "operator-log")
         await page.goto(f"{console.url}/failed")
         await expect(page.get_by_text("No failed messages.")).to_be_visible()
@@ -117,6 +119,12 @@ async def _depth_is(transport: PostgresTransport, queue: str, expected: int) -> 
 async def _charges(transport: PostgresTransport) -> bool:
     keys = {row["key"] for row in await transport.pool.fetch("SELECT key FROM charges")}
     return keys == {f"order-{i}" for i in range(ORDERS)}
+
+
+async def _beat_counts(transport: PostgresTransport) -> bool:
+    row = await transport.pool.fetchrow(
+        "SELECT processed, failed FROM endpoint_heartbeats WHERE endpoint = 'switched'")
+    return row is not None and row["failed"] >= ORDERS and row["processed"] >= ORDERS
 
 
 class Invoice(msgspec.Struct):
