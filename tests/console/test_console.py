@@ -14,6 +14,7 @@ import msgspec
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.console.security import COOKIE
 from endpoint_runtime.runtime.heartbeats import create_heartbeats_table
+from endpoint_runtime.transport import sending
 from endpoint_runtime.wire.messages import Headers
 from tests.console.conftest import Console, plant_failed
 
@@ -287,3 +288,25 @@ async def test_deployments_come_from_heartbeats_and_an_old_one_is_silent(
                              html, re.S))
     assert states == {"billing": "running", "shipping": "silent", "sales": "stopped"}
     assert '<td class="receivers">2 on n1</td>' in html
+
+
+async def test_a_poison_message_shows_its_raw_headers_as_text(
+    console: Console, db: PostgresTransport
+) -> None:
+    native_id = uuid.uuid4()
+    raw = '{"NServiceBus.EnclosedMessageTypes": "<script>alert(1)</script>", broken'
+    await sending.send_raw(db.pool, db.address("error"), native_id, raw, b"\xff\xfe<b>")
+    groups = await _groups(console)
+    assert groups["(none)"][1] == 1  # recorded, grouped with no exception
+    async with console.client() as client:
+        html = (await client.get(f"/message/{native_id}")).text
+        retry = await client.post(f"/message/{native_id}/retry", data=console.csrf)
+        log = (await client.get("/actions")).text
+    assert "The headers do not parse" in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>alert" not in html
+    assert "not UTF-8" in html  # the body, in hex
+    assert retry.status_code == 303
+    assert "0 retried; 1 stayed" in log
+    assert "headers that do not parse" in log
+    assert await db.depth("error") == 1  # it stays, nothing lost
