@@ -27,7 +27,7 @@ from endpoint_runtime.console.diagram import diagram, short_type
 from endpoint_runtime.console.files import file_routes
 from endpoint_runtime.console.jobs import Job, Jobs
 from endpoint_runtime.console.security import CSRF_FIELD, TokenGate, csrf_token
-from endpoint_runtime.console.storage import ConsoleData
+from endpoint_runtime.console.storage import GROUPINGS, ConsoleData
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.wire.messages import Headers, RetryHeaders
@@ -69,11 +69,13 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
         return console
 
     async def failed(request: Request) -> Response:
-        return page(request, "failed.html", groups=await data(request).groups())
+        by = _grouping(request)
+        return page(request, "failed.html", groups=await data(request).groups(by), by=by,
+                    groupings=list(GROUPINGS))
 
     async def group(request: Request) -> Response:
         key = request.path_params["key"]
-        rows = await data(request).group_messages(key)
+        rows = await data(request).group_messages(key, _grouping(request))
         return page(request, "group.html", key=key, messages=rows)
 
     async def message(request: Request) -> Response:
@@ -97,7 +99,7 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
             await console.log_action(action, ids, job.outcome, where)
 
         if "key" in request.path_params:
-            ids = await console.group_ids(request.path_params["key"])
+            ids = await console.group_ids(request.path_params["key"], _grouping(request))
             job = jobs.start(action, ids, move, lambda job: log(job, ids))
             return RedirectResponse(f"/jobs/{job.id}", 303)
         native_id = _uuid(request.path_params["native_id"])
@@ -163,6 +165,12 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
     return Starlette(routes=routes, lifespan=lifespan,
                      exception_handlers={EndpointRuntimeError: problem},
                      middleware=[Middleware(TokenGate, token=token, read_only=read_only)])
+
+
+def _grouping(request: Request) -> str:
+    """``?by=``: one of :data:`GROUPINGS` (anything else: by exception)."""
+    by = request.query_params.get("by", "exception")
+    return by if by in GROUPINGS else "exception"
 
 
 def _uuid(text: str) -> uuid.UUID | None:

@@ -25,6 +25,18 @@ from endpoint_runtime.transport.queues import ddl_lock
 
 GROUP_KEY = ("md5(coalesce(e.exception_type, '') || chr(10) || "
              "coalesce(e.exception_message, ''))")
+GROUPINGS = {
+    "exception": GROUP_KEY,
+    "queue": "md5(coalesce(e.failed_queue, ''))",
+    "type": "md5(coalesce(e.message_type, ''))",
+}
+"""The ways failed messages are grouped (``?by=``): their key expressions over ``error_log e``
+(the exception's is indexed)."""
+GROUP_LABELS = {
+    "exception": ("e.exception_type", "e.exception_message"),
+    "queue": ("e.failed_queue", "NULL::text"),
+    "type": ("e.message_type", "NULL::text"),
+}
 ROWS_SHOWN = 200
 LAST_CHARACTER = "\U0010ffff"
 """Above every string that starts with a prefix, in byte order: the prefix search's bound."""
@@ -81,32 +93,34 @@ class ConsoleData:
         return (f"FROM {self.error_log} e JOIN {self.error_queue.qualified} q "
                 "ON q.id = e.native_id AND q.seq = e.queue_seq WHERE e.source = $1")
 
-    async def groups(self) -> list[asyncpg.Record]:
-        """One row per exception type and message. Counted first per (exception, queue,
-        type) with a hash aggregate, then folded: the arrays and the key are built per group,
-        not per message."""
+    async def groups(self, by: str = "exception") -> list[asyncpg.Record]:
+        """One row per group (see :data:`GROUPINGS`): ``label`` and ``detail`` name it.
+        Counted first per (exception, queue, type) with a hash aggregate, then folded: the
+        arrays and the key are built per group, not per message."""
+        label, detail = GROUP_LABELS[by]
         await self.record()
         return await self.transport.pool.fetch(
             "WITH fine AS (SELECT e.exception_type, e.exception_message, e.failed_queue, "
             "e.message_type, count(*) AS n, min(e.time_of_failure) AS first, "
             f"max(e.time_of_failure) AS last {self._current()} GROUP BY 1, 2, 3, 4) "
-            f"SELECT {GROUP_KEY} AS key, e.exception_type, e.exception_message, "
+            f"SELECT {GROUPINGS[by]} AS key, {label} AS label, {detail} AS detail, "
             "sum(e.n)::bigint AS count, min(e.first) AS first, max(e.last) AS last, "
             "array_agg(DISTINCT e.failed_queue) AS queues, "
             "array_agg(DISTINCT e.message_type) AS types FROM fine e "
             "GROUP BY 1, 2, 3 ORDER BY 4 DESC, 6 DESC", str(self.error_queue))
 
-    async def group_messages(self, key: str) -> list[asyncpg.Record]:
+    async def group_messages(self, key: str, by: str = "exception") -> list[asyncpg.Record]:
         await self.record()
         return await self.transport.pool.fetch(
             f"SELECT e.native_id, e.message_type, e.failed_queue, e.time_of_failure, "
-            f"e.exception_type, e.exception_message {self._current()} AND {GROUP_KEY} = $2 "
+            f"e.exception_type, e.exception_message {self._current()} "
+            f"AND {GROUPINGS[by]} = $2 "
             f"ORDER BY e.time_of_failure LIMIT {ROWS_SHOWN}", str(self.error_queue), key)
 
-    async def group_ids(self, key: str) -> list[uuid.UUID]:
+    async def group_ids(self, key: str, by: str = "exception") -> list[uuid.UUID]:
         await self.record()
         rows = await self.transport.pool.fetch(
-            f"SELECT e.native_id {self._current()} AND {GROUP_KEY} = $2",
+            f"SELECT e.native_id {self._current()} AND {GROUPINGS[by]} = $2",
             str(self.error_queue), key)
         return [row["native_id"] for row in rows]
 

@@ -25,11 +25,13 @@ class Invoice(msgspec.Struct):
     number: str
 
 
-async def _groups(console: Console) -> dict[str, tuple[str, int]]:
-    """Exception type -> (group key, count), read from the failed-messages page."""
+async def _groups(console: Console, by: str = "exception") -> dict[str, tuple[str, int]]:
+    """Group name (exception type, queue or type) -> (group key, count), read from the
+    failed-messages page."""
     async with console.client() as client:
-        html = (await client.get("/failed")).text
-    rows = re.findall(r'href="/failed/group/([0-9a-f]{32})">([^<]*)</a></td>\s*<td>[^<]*</td>'
+        html = (await client.get(f"/failed?by={by}")).text
+    rows = re.findall(r'href="/failed/group/([0-9a-f]{32})(?:\?by=\w+)?">([^<]*)</a></td>\s*'
+                      r'<td>[^<]*</td>'
                       r'<td class="count">(\d+)</td>', html)
     return {name: (key, int(n)) for key, name, n in rows}
 
@@ -108,6 +110,28 @@ async def test_groups_by_exception_and_a_group_retry_moves_them_back(
     assert action["outcome"] == "3 retried"
     assert len(set(action["native_ids"])) == 3
     assert action["client"].startswith("127.0.0.1:")
+
+
+async def test_groups_by_failed_queue_or_message_type_and_retry_one_of_them(
+    console: Console, db: PostgresTransport
+) -> None:
+    await _plant_two_groups(db)
+    await plant_failed(db, "shipping", Invoice("s9"), "builtins.TimeoutError", "late")
+    by_queue = await _groups(console, "queue")
+    assert {name: n for name, (_, n) in by_queue.items()} == {
+        "public.billing": 3, "public.shipping": 3}
+    by_type = await _groups(console, "type")
+    assert {name: n for name, (_, n) in by_type.items()} == {"Invoice": 6}
+    async with console.client() as client:
+        group = (await client.get(f"/failed/group/{by_queue['public.shipping'][0]}?by=queue")).text
+        outcome = await _run_job(client, await client.post(
+            f"/failed/group/{by_queue['public.shipping'][0]}/retry?by=queue", data=console.csrf))
+    assert group.count('<a href="/message/') == 3
+    assert outcome == "3 retried"
+    assert await db.depth("shipping") == 3
+    assert await db.depth("billing") == 0
+    assert {name: n for name, (_, n) in (await _groups(console)).items()} == {
+        "builtins.TimeoutError": 3}
 
 
 async def test_a_group_retry_keeps_what_cannot_go_back_and_says_why(
