@@ -11,6 +11,7 @@ import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -130,9 +131,19 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
                     deployments=await console.deployments())
 
     async def messages(request: Request) -> Response:
-        query = request.query_params.get("q", "").strip()
-        rows = await data(request).search(query) if query else []
-        return page(request, "messages.html", query=query, messages=rows)
+        params = request.query_params
+        query = params.get("q", "").strip()
+        window = {name: params.get(name, "").strip() for name in ("since", "until")}
+        try:
+            since, until = (_utc_time(window["since"]), _utc_time(window["until"]))
+        except ValueError:
+            return page(request, "messages.html", query=query, window=window, messages=[],
+                        searched=False, problem="times are YYYY-MM-DDTHH:MM (UTC)",
+                        status_code=400)
+        searched = bool(query or since or until)
+        rows = await data(request).search(query, since, until) if searched else []
+        return page(request, "messages.html", query=query, window=window, messages=rows,
+                    searched=searched, problem=None)
 
     async def conversation(request: Request) -> Response:
         conversation_id = request.path_params["conversation_id"]
@@ -165,6 +176,14 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
     return Starlette(routes=routes, lifespan=lifespan,
                      exception_handlers={EndpointRuntimeError: problem},
                      middleware=[Middleware(TokenGate, token=token, read_only=read_only)])
+
+
+def _utc_time(text: str) -> datetime | None:
+    """A time of the search form (``datetime-local``: no zone; read as UTC)."""
+    if not text:
+        return None
+    parsed = datetime.fromisoformat(text)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def _grouping(request: Request) -> str:

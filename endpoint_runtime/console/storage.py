@@ -10,6 +10,7 @@ one exception type and message; its key is an md5 of the two, indexed as an expr
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -221,15 +222,20 @@ class ConsoleData:
         async with self.transport.pool.acquire() as connection:
             return await read_heartbeats(connection, self.error_queue.schema)
 
-    async def search(self, text: str) -> list[asyncpg.Record]:
-        """Audit rows whose message id, conversation or type is ``text`` (type: a prefix)."""
+    async def search(self, text: str, since: datetime | None = None,
+                     until: datetime | None = None) -> list[asyncpg.Record]:
+        """Audit rows whose message id, conversation or type is ``text`` (type: a prefix;
+        empty: any), processed in [since, until), newest first."""
+        match = ("(message_id = $1 OR conversation_id = $1 "
+                 'OR (message_type COLLATE "C" >= $1 AND message_type COLLATE "C" < $2)) AND '
+                 if text else "$1::text IS NOT NULL AND $2::text IS NOT NULL AND ")
         return await self.transport.pool.fetch(
             f"SELECT message_id, message_type, conversation_id, sending_endpoint, "
-            f"processing_endpoint, processing_ended FROM {self.audit_log} "
-            "WHERE message_id = $1 OR conversation_id = $1 "
-            'OR (message_type COLLATE "C" >= $1 AND message_type COLLATE "C" < $2) '
+            f"processing_endpoint, processing_ended FROM {self.audit_log} WHERE {match}"
+            "processing_ended >= coalesce($3::timestamptz, '-infinity') "
+            "AND processing_ended < coalesce($4::timestamptz, 'infinity') "
             f"ORDER BY processing_ended DESC LIMIT {ROWS_SHOWN}",
-            text, text + LAST_CHARACTER)
+            text, text + LAST_CHARACTER, since, until)
 
     async def conversation(self, conversation_id: str) -> list[asyncpg.Record]:
         """The conversation's audited and failed messages, oldest first."""

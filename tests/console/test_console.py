@@ -334,3 +334,34 @@ async def test_a_poison_message_shows_its_raw_headers_as_text(
     assert "0 retried; 1 stayed" in log
     assert "headers that do not parse" in log
     assert await db.depth("error") == 1  # it stays, nothing lost
+
+
+async def test_search_the_audit_log_by_id_conversation_type_prefix_and_time(
+    console: Console, db: PostgresTransport
+) -> None:
+    await db.pool.execute("""
+        INSERT INTO audit_log (message_id, message_type, conversation_id, processing_endpoint,
+                               processing_ended, body_size, retries, headers)
+        VALUES ('m1', 'shop.messages:PlaceOrder', 'conv-a', 'sales', '2026-01-01 10:00Z', 0, 0,
+                '{}'),
+               ('m2', 'shop.messages:BillOrder', 'conv-a', 'billing', '2026-01-01 11:00Z', 0,
+                0, '{}'),
+               ('m3', 'shop.messages:PlaceOrder_2', 'conv-b', 'sales', '2026-01-02 10:00Z', 0,
+                0, '{}')""")
+
+    async def found(query: str) -> list[str]:
+        async with console.client() as client:
+            html = (await client.get(f"/messages?{query}")).text
+        return re.findall(r'<tr class="found"><td>(\w+)</td>', html)
+
+    assert await found("q=m2") == ["m2"]
+    assert await found("q=conv-a") == ["m2", "m1"]  # newest first
+    assert await found("q=shop.messages:PlaceOrder") == ["m3", "m1"]  # a prefix
+    assert await found("q=shop.messages:PlaceOrder_") == ["m3"]  # no LIKE wildcard
+    assert await found("since=2026-01-01T10:30&until=2026-01-02T00:00") == ["m2"]
+    assert await found("q=conv-a&since=2026-01-01T10:30") == ["m2"]
+    assert await found("q=") == []
+    async with console.client() as client:
+        bad = await client.get("/messages?since=yesterday")
+    assert bad.status_code == 400
+    assert "YYYY-MM-DDTHH:MM" in bad.text
