@@ -365,3 +365,30 @@ async def test_search_the_audit_log_by_id_conversation_type_prefix_and_time(
         bad = await client.get("/messages?since=yesterday")
     assert bad.status_code == 400
     assert "YYYY-MM-DDTHH:MM" in bad.text
+
+
+async def test_a_conversation_draws_sends_publishes_replies_and_failures_in_order(
+    console: Console, db: PostgresTransport
+) -> None:
+    await db.pool.execute("""
+        INSERT INTO audit_log (message_id, message_type, intent, sending_endpoint,
+            processing_endpoint, conversation_id, time_sent, processing_ended, body_size,
+            retries, headers)
+        VALUES ('1', 'shop:PlaceOrder', 'Send', 'web', 'sales', 'flow', '2026-01-01 10:00Z',
+                '2026-01-01 10:00:01Z', 0, 0, '{}'),
+               ('2', 'shop:OrderPlaced', 'Publish', 'sales', 'billing', 'flow',
+                '2026-01-01 10:00:02Z', '2026-01-01 10:00:03Z', 0, 0, '{}'),
+               ('3', 'shop:OrderReceived', 'Reply', 'sales', 'web', 'flow',
+                '2026-01-01 10:00:04Z', '2026-01-01 10:00:05Z', 0, 0, '{}')""")
+    await plant_failed(db, "shipping", Invoice("late"), "builtins.ValueError", "bad",
+                       conversation_id="flow")
+    await _groups(console)  # records the failure into error_log
+    async with console.client() as client:
+        html = (await client.get("/conversation/flow")).text
+    lanes = re.findall(r'<g class="lane"><text[^>]*>([^<]*)</text>', html)
+    assert lanes == ["web", "sales", "billing", "shipping"]
+    labels = re.findall(r'<text x="\d+" y="\d+" text-anchor="middle">(?:<a [^>]*>)?([^<]*)',
+                        html)
+    assert labels == ["PlaceOrder (Send)", "OrderPlaced (Publish)", "OrderReceived (Reply)",
+                      "Invoice (Send) ✗ failed"]
+    assert html.count('class="arrow failed"') == 1
