@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
+import shlex
 import signal
 import sys
 import time
@@ -43,6 +45,7 @@ from endpoint_runtime import (
     TransportSettings,
     load_settings,
 )
+from endpoint_runtime.cli.console import DEFAULT_PORT as CONSOLE_PORT
 from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.runtime.actors.peeker import DeploymentStatus
 from endpoint_runtime.wire.messages import TransportMessage
@@ -94,6 +97,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--redeliveries", type=int, default=3,
                         help="AwardPoints copies sent again, with their original message ids, "
                         "once loyalty has handled them; its outbox must ignore them (3)")
+    parser.add_argument("--console", action="store_true",
+                        help="then serve the operator's console over the examples' database "
+                        "(Ctrl-C stops it)")
     args = parser.parse_args(argv)
     if args.orders < 1 or args.invalid_orders < 0 or args.timeout <= 0:
         parser.error("--orders must be at least 1, --invalid-orders at least 0, --timeout > 0")
@@ -262,9 +268,32 @@ async def run(args: argparse.Namespace) -> int:
     print_summary(args, progress, finals, elapsed, shipped_after, errors_total, complete,
                   stop.is_set())
     print_audit(audit)
+    print_console_hint(args)
     if stop.is_set():
         return 130
+    if args.console:
+        await serve_console()
     return 0 if complete else 1
+
+
+def print_console_hint(args: argparse.Namespace) -> None:
+    data_dir = os.environ.get("ENDPOINT_RUNTIME_DATA_DIR", "")
+    command = (f"ENDPOINT_RUNTIME_DATA_DIR={shlex.quote(data_dir)} " if data_dir else "")
+    print()
+    print("the operator's console over this database (failed messages, endpoints, flow):")
+    print(f"  {command}endpoint-runtime console")
+    print(f"  then open http://127.0.0.1:{CONSOLE_PORT}/?token=<the token it prints>"
+          + ("" if args.console else "  (or: bin/dev examples --console)"))
+
+
+async def serve_console() -> None:
+    from endpoint_runtime.cli.console import console_command
+
+    print("starting the console (Ctrl-C stops it)", flush=True)
+    parser_args = argparse.Namespace(host="127.0.0.1", port=CONSOLE_PORT, token=None,
+                                     error_queue=ERROR_QUEUE, read_only=False,
+                                     report=None)
+    await console_command(parser_args, load_settings(TransportSettings))
 
 
 AUDIT_SETTLE_SECONDS = 10.0

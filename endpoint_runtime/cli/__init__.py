@@ -21,9 +21,10 @@ of the runtime (:class:`~endpoint_runtime.errors.EndpointRuntimeError`) print on
 and exit with status 2.
 
 One module per command: ``run``, ``send``, ``queues``, ``errors``, ``status``,
-``subscriptions``, ``sagas``, ``ingest``, ``report`` and ``database`` (``db``: ``db install``,
-``db url``, ``db psql``, ``db stop``); each adds its subparser with ``add_parser`` and holds
-the coroutines that carry the command out. ``status_lines`` and ``common`` are shared by them.
+``subscriptions``, ``sagas``, ``ingest``, ``report``, ``console`` and ``database`` (``db``:
+``db install``, ``db url``, ``db psql``, ``db stop``); each adds its subparser with
+``add_parser`` and holds the coroutines that carry the command out. ``status_lines`` and
+``common`` are shared by them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pathlib import Path
 import asyncpg
 
 from endpoint_runtime.cli import (
+    console,
     database,
     errors,
     ingest,
@@ -74,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="TOML settings file (its [transport] table is read)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in (run, ingest, send, queues, errors, subscriptions, sagas, status, report,
-                   database):
+                   console, database):
         module.add_parser(commands, common)
     return parser
 

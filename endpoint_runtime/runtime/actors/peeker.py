@@ -44,6 +44,7 @@ from endpoint_runtime.runtime.actors.receiver_handles import (
     live_nodes,
     node_alive,
 )
+from endpoint_runtime.runtime.heartbeats import Heartbeat
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.listening import Listener
@@ -112,6 +113,7 @@ class Peeker:
             triggered_delay=self.settings.circuit_breaker_triggered_delay,
             on_disarmed=self._critical_error_maybe_over,
         )
+        self._heartbeat = Heartbeat(config.address.schema, config.deployment_id)
         self._retired_processed = 0
         self._retired_failed = 0
         self._retired_by_node: collections.Counter[str] = collections.Counter()
@@ -185,6 +187,8 @@ class Peeker:
                 await self._peek_breaker.failure(exc)
             else:
                 self._peek_breaker.success()
+            assert self._pool is not None
+            await self._heartbeat.beat(self._pool, await self.status())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout=peek_delay)
             elapsed = time.monotonic() - started
@@ -451,15 +455,17 @@ class Peeker:
             for handle in self._receivers:
                 ray.kill(handle.actor, no_restart=True)
             self._receivers.clear()
+        stopped = self._status([s for s in final if isinstance(s, ReceiverStatus)])
         if self._listener is not None:
             with contextlib.suppress(Exception):
                 await self._listener.close()
         if self._pool is not None:
+            await self._heartbeat.beat(self._pool, stopped, stopped=True, force=True)
             await close_pool(self._pool)
         if self._telemetry is not None:  # the last queue length leaves now
             await self._telemetry.close()
         log.info("peeker_stopped")
-        return self._status([s for s in final if isinstance(s, ReceiverStatus)])
+        return stopped
 
 
 PeekerActor = ray.remote(Peeker)

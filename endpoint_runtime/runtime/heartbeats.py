@@ -1,0 +1,110 @@
+"""Heartbeats: every deployment's peeker writes its state to a table, so that tools outside
+the deploying process (the console) can tell which endpoints run, where, and how.
+
+A deployment's actors live in its own Ray namespace; only the database is shared by
+everyone. Every :data:`BEAT_SECONDS` the peeker upserts one row per deployment into
+``endpoint_heartbeats`` (in the transport's schema): its state (``running``, ``halted`` after
+a critical error, ``stopped`` once stopped), receivers per Ray node, messages processed and
+failed, the queue estimate, the critical error and when it was last seen. A deployment whose
+row is older than :data:`SILENT_AFTER` seconds is silent (its process or node is gone).
+
+The console reads the table with :func:`read_heartbeats`.
+A heartbeat never stops an endpoint: when the table cannot be written (a role without the
+privilege, the database away) the peeker logs it once and goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from typing import TYPE_CHECKING
+
+import asyncpg
+import structlog
+
+from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.transport.queues import ddl_lock
+
+if TYPE_CHECKING:  # the console reads the table too: it needs no actor module
+    from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
+
+log = structlog.get_logger("endpoint_runtime.heartbeats")
+
+BEAT_SECONDS = 5.0
+SILENT_AFTER = 3 * BEAT_SECONDS
+TABLE = "endpoint_heartbeats"
+
+
+def heartbeats_table(schema: str) -> str:
+    return QueueAddress(TABLE, schema).qualified
+
+
+async def create_heartbeats_table(connection: DatabaseConnection, schema: str) -> None:
+    async with ddl_lock(connection):
+        await connection.execute(f"""
+            CREATE TABLE IF NOT EXISTS {heartbeats_table(schema)} (
+                endpoint text NOT NULL, deployment_id text NOT NULL, host text NOT NULL,
+                state text NOT NULL, receivers_by_node jsonb NOT NULL,
+                processed bigint NOT NULL, failed bigint NOT NULL, estimate integer NOT NULL,
+                critical_error text, started_at timestamptz NOT NULL DEFAULT now(),
+                last_seen timestamptz NOT NULL DEFAULT now(),
+                PRIMARY KEY (endpoint, deployment_id))""")
+
+
+def state_of(status: DeploymentStatus, stopped: bool = False) -> str:
+    if stopped:
+        return "stopped"
+    return "halted" if status.halted else "running"
+
+
+class Heartbeat:
+    """The heartbeat of one deployment (held by its peeker)."""
+
+    def __init__(self, schema: str, deployment_id: str) -> None:
+        self.table = heartbeats_table(schema)
+        self.schema = schema
+        self.deployment_id = deployment_id
+        self._next = 0.0
+        self._created = False
+        self._failing = False
+
+    async def beat(self, pool: asyncpg.Pool, status: DeploymentStatus, *,
+                   stopped: bool = False, force: bool = False) -> None:
+        """Write the row if :data:`BEAT_SECONDS` have passed (or ``force``)."""
+        now = time.monotonic()
+        if not force and now < self._next:
+            return
+        self._next = now + BEAT_SECONDS
+        try:
+            async with pool.acquire() as connection:
+                if not self._created:
+                    await create_heartbeats_table(connection, self.schema)
+                    self._created = True
+                await connection.execute(
+                    f"INSERT INTO {self.table} (endpoint, deployment_id, host, state, "
+                    "receivers_by_node, processed, failed, estimate, critical_error) "
+                    "VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9) "
+                    "ON CONFLICT (endpoint, deployment_id) DO UPDATE SET host = $3, state = $4, "
+                    "receivers_by_node = $5::jsonb, processed = $6, failed = $7, estimate = $8, "
+                    "critical_error = $9, last_seen = now()",
+                    status.endpoint, self.deployment_id, socket.gethostname(),
+                    state_of(status, stopped), json.dumps(status.receivers_by_node),
+                    status.processed, status.failed, status.estimate, status.critical_error)
+            self._failing = False
+        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+            if not self._failing:
+                log.warning("heartbeat_failed", error=f"{type(exc).__name__}: {exc}")
+            self._failing = True
+
+
+async def read_heartbeats(connection: DatabaseConnection, schema: str) -> list[asyncpg.Record]:
+    """Every deployment's row, with ``silent`` (not seen for :data:`SILENT_AFTER` seconds
+    while not stopped); none when no deployment has written one yet."""
+    table = heartbeats_table(schema)
+    if not await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", table):
+        return []
+    return await connection.fetch(
+        f"SELECT *, state <> 'stopped' AND last_seen < now() - make_interval(secs => $1) "
+        f"AS silent FROM {table} ORDER BY endpoint, last_seen DESC", SILENT_AFTER)

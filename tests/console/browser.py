@@ -1,0 +1,41 @@
+"""A real headless Chromium (Debian's ``chromium``, installed by bin/dev) driven by
+Playwright, with a fresh profile per test; screenshots of the pages go to docs/console/."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import BrowserContext, Page, async_playwright
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+
+
+def _require_chromium() -> None:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: bin/dev installs Debian's chromium when run as "
+                    "root (apt-get install chromium)")
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[BrowserContext]:
+    _require_chromium()
+    with tempfile.TemporaryDirectory(prefix="console-chromium-") as profile:
+        async with async_playwright() as playwright:
+            # headless=True adds --headless; the profile is --user-data-dir.
+            context = await playwright.chromium.launch_persistent_context(
+                profile, executable_path=str(CHROMIUM), headless=True, args=FLAGS,
+                viewport={"width": 1280, "height": 800})
+            context.set_default_timeout(10_000)
+            yield context
+            await context.close()
+
+
+async def screenshot(page: Page, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=False)
