@@ -131,10 +131,18 @@ for _endpoint in (chaos_none, chaos_receive_only, chaos_atomic, chaos_batched, c
     _endpoint.register(work)
 
 
+def tally_key(n: int) -> str:
+    """The :class:`ChaosTally` instance a message of number ``n`` belongs to."""
+    return f"k{n % SAGA_KEYS}"
+
+
 class TallyState(msgspec.Struct):
     key: str = ""
     applied: list[str] = msgspec.field(default_factory=list)
     """The ids of the messages whose update committed, in order (a doubled update shows)."""
+    numbers: list[int] = msgspec.field(default_factory=list)
+    """Each applied message's number, beside its id: the key it belongs to
+    (:func:`tally_key`), so that an update found in another key's instance shows."""
 
 
 class ChaosTally(Saga[TallyState]):
@@ -144,9 +152,10 @@ class ChaosTally(Saga[TallyState]):
 
     correlation = "key"
 
-    @starts(correlate=lambda message: f"k{message.n % SAGA_KEYS}")
+    @starts(correlate=lambda message: tally_key(message.n))
     async def tally(self, message: ChaosWork, context: HandlerContext) -> None:
         self.state.applied.append(context.message_id)
+        self.state.numbers.append(message.n)
 
 
 # Not none: there the effect and the saga's save commit apart (each statement on its own).

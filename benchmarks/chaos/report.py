@@ -239,6 +239,7 @@ def _mode_result(accounts: checks.Accounts, times: list[float], injector: FaultI
              f"duplicates {accounts.duplicate_effects} ghosts {accounts.ghost_sends} "
              f"fate_mismatches {accounts.fate_mismatches}; "
              + (f"saga updates {saga.saga_updates} lost {saga.saga_lost_updates} doubled "
-                f"{saga.saga_doubled_updates}; " if saga is not None else "")
+                f"{saga.saga_doubled_updates} misplaced {saga.saga_misplaced_updates}; "
+                if saga is not None else "")
              + f"{'ok' if not failed else 'FAILED: ' + ', '.join(failed)}")
     return result

@@ -16,7 +16,7 @@ import uuid
 import asyncpg
 import msgspec
 
-from benchmarks.chaos.endpoints import SAGA_MODES, TallyState
+from benchmarks.chaos.endpoints import SAGA_MODES, TallyState, tally_key
 from endpoint_runtime.transport import QueueAddress
 
 LISTED = 20
@@ -32,8 +32,11 @@ class SagaAccounts(msgspec.Struct, kw_only=True):
     """Committed effects whose id the instances do not hold as often."""
     saga_doubled_updates: int
     """Ids the instances hold more often than they have committed effects."""
+    saga_misplaced_updates: int = 0
+    """Updates held by an instance that is not their message's key's."""
     saga_lost_ids: list[str] = []
     saga_doubled_ids: list[str] = []
+    saga_misplaced_ids: list[str] = []
 
 
 def saga_account(states: list[TallyState],
@@ -43,18 +46,24 @@ def saga_account(states: list[TallyState],
         uuid.UUID(i) for state in states for i in state.applied)
     lost = effects - applied
     doubled = applied - effects
+    misplaced = sorted(i for state in states
+                       for i, n in zip(state.applied, state.numbers, strict=True)
+                       if tally_key(n) != state.key)
     return SagaAccounts(
         saga_instances=len(states), saga_updates=sum(applied.values()),
         saga_lost_updates=sum(lost.values()), saga_doubled_updates=sum(doubled.values()),
+        saga_misplaced_updates=len(misplaced),
         saga_lost_ids=sorted(map(str, lost))[:LISTED],
-        saga_doubled_ids=sorted(map(str, doubled))[:LISTED])
+        saga_doubled_ids=sorted(map(str, doubled))[:LISTED],
+        saga_misplaced_ids=misplaced[:LISTED])
 
 
 def saga_failed_checks(accounts: SagaAccounts | None) -> list[str]:
     if accounts is None:
         return []
     checks = {"saga_lost_updates == 0": accounts.saga_lost_updates == 0,
-              "saga_doubled_updates == 0": accounts.saga_doubled_updates == 0}
+              "saga_doubled_updates == 0": accounts.saga_doubled_updates == 0,
+              "saga_misplaced_updates == 0": accounts.saga_misplaced_updates == 0}
     return [name for name, held in checks.items() if not held]
 
 

@@ -85,6 +85,7 @@ def test_every_message_is_accounted_for(chaos_result: dict[str, Any], mode: str)
     if mode in SAGA_MODES:  # the saga instances hold every committed effect's id once
         assert result["saga_updates"] == result["handled"], result
         assert result["saga_lost_updates"] == result["saga_doubled_updates"] == 0, result
+        assert result["saga_misplaced_updates"] == 0, result
     assert result["ok"] is not planted, result
 
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 import collections
 import uuid
 
-from benchmarks.chaos.endpoints import ChaosTally, TallyState, chaos_atomic, chaos_none
+from benchmarks.chaos.endpoints import (
+    ChaosTally,
+    TallyState,
+    chaos_atomic,
+    chaos_none,
+    tally_key,
+)
 from benchmarks.chaos.saga_checks import saga_account, saga_failed_checks
 
 
@@ -17,8 +23,14 @@ def ledger(count: int) -> tuple[list[uuid.UUID], collections.Counter[uuid.UUID]]
 
 
 def instances(ids: list[uuid.UUID], keys: int = 3) -> list[TallyState]:
-    return [TallyState(key=f"k{k}", applied=[str(i) for n, i in enumerate(ids) if n % keys == k])
-            for k in range(keys)]
+    """The instances of ``keys`` keys, message ``n`` of ``ids`` (its number) in key
+    ``tally_key(n)``: with fewer keys than the run's, only keys below ``keys`` are used."""
+    states = {f"k{k}": TallyState(key=f"k{k}") for k in range(keys)}
+    for n, i in enumerate(ids):
+        state = states[tally_key(n % keys)]
+        state.applied.append(str(i))
+        state.numbers.append(n % keys)
+    return list(states.values())
 
 
 def test_instances_holding_every_committed_effect_once_pass() -> None:
@@ -35,6 +47,7 @@ def test_a_planted_lost_update_and_a_planted_doubled_update_fail_naming_their_id
     accounts = saga_account(states, effects)
     assert saga_failed_checks(accounts) == ["saga_lost_updates == 0",
                                             "saga_doubled_updates == 0"]
+    assert accounts.saga_misplaced_updates == 0
     assert (accounts.saga_lost_ids, accounts.saga_doubled_ids) == ([str(lost)], [str(doubled)])
     assert (accounts.saga_lost_updates, accounts.saga_doubled_updates) == (1, 1)
 
@@ -46,3 +59,18 @@ def test_the_saga_runs_in_the_transactional_modes_after_the_work_handler() -> No
     assert definition.saga_type is ChaosTally
     (work, tally) = chaos_atomic.registry.handlers_for(next(iter(definition.handlers)))
     assert (work.__name__, tally.__qualname__) == ("work", "ChaosTally.tally")
+
+
+def test_a_planted_update_in_another_keys_instance_fails_naming_its_id() -> None:
+    """Each id once, as the effects say, but one held by the instance of another key (a
+    correlation that found the wrong instance): lost and doubled counts cannot see it."""
+    ids, effects = ledger(10)
+    states = instances(ids)
+    moved = states[0].applied.pop(0)
+    number = states[0].numbers.pop(0)
+    states[1].applied.append(moved)
+    states[1].numbers.append(number)
+    accounts = saga_account(states, effects)
+    assert (accounts.saga_lost_updates, accounts.saga_doubled_updates) == (0, 0)
+    assert saga_failed_checks(accounts) == ["saga_misplaced_updates == 0"]
+    assert accounts.saga_misplaced_ids == [moved]
