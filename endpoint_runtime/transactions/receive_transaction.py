@@ -22,13 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import re
-from typing import TypeVar
 
 import asyncpg
 
 from endpoint_runtime.chain.pipeline import Outcome, Unit
 from endpoint_runtime.errors import (
-    CommittedCountsFailedError,
     QueueNotFoundError,
     RecoverabilityFailedError,
 )
@@ -42,8 +40,6 @@ from endpoint_runtime.transport.connection import (
     is_lost,
 )
 from endpoint_runtime.wire.messages import TransportMessage
-
-_Failure = TypeVar("_Failure", bound=BaseException)
 
 COMMIT_AND_BEGIN = "COMMIT; BEGIN"
 # Before a handled message's COMMIT: fails in an aborted transaction, whose COMMIT PostgreSQL
@@ -94,15 +90,9 @@ def charge_or_raise(
 def raise_if_counts_refused(exc: BaseException) -> None:
     """Raise :class:`CommittedCountsFailedError` when ``exc`` is the database's refusal of
     the committed-counts table: a set-up fault, never a message's failure."""
-    fault = counts_fault(exc)
-    if fault is not exc:
-        raise fault from exc
-
-
-def counts_fault(exc: _Failure) -> _Failure | CommittedCountsFailedError:
-    """``exc`` as :class:`CommittedCountsFailedError` (naming the fix) when it is the
-    database's refusal of the committed-counts table, else ``exc``."""
-    return counts_refused(exc) or exc
+    refusal = counts_refused(exc)
+    if refusal is not None:
+        raise refusal from exc
 
 
 def settled(unit: Unit, outcome: Outcome) -> Round:

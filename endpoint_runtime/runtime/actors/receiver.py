@@ -35,7 +35,6 @@ from endpoint_runtime.runtime.actors.ray_metrics import RayMetrics
 from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
-from endpoint_runtime.transactions.receive_transaction import counts_fault
 from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.receiver")
@@ -320,8 +319,8 @@ class Receiver:
         try:
             try:
                 await self._counts.ensure_row(slot, number, connection)
-            except Exception as exc:  # the breaker's last error names the fix, as a round's
-                await self._back_off(counts_fault(exc))
+            except Exception as exc:  # a refused counts table comes as the error naming the fix
+                await self._back_off(exc)
                 return
             while not self._draining and len(self._slots) <= self._effective_allowance:
                 self._in_flight += 1
