@@ -9,12 +9,14 @@ failed, the queue estimate, the critical error and when it was last seen. A depl
 row is older than :data:`SILENT_AFTER` seconds is silent (its process or node is gone).
 
 The console reads the table with :func:`read_heartbeats`.
-A heartbeat never stops an endpoint: when the table cannot be written (a role without the
-privilege, the database away) the peeker logs it once and goes on.
+A heartbeat never stops an endpoint and never holds up its peeker: whatever a write raises
+(a role without the privilege, the database away, a connection the outage left broken) or
+when it takes longer than :data:`BEAT_TIMEOUT_SECONDS`, the peeker logs it once and goes on.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -34,6 +36,7 @@ log = structlog.get_logger("endpoint_runtime.heartbeats")
 
 BEAT_SECONDS = 5.0
 SILENT_AFTER = 3 * BEAT_SECONDS
+BEAT_TIMEOUT_SECONDS = 2.0
 TABLE = "endpoint_heartbeats"
 
 
@@ -78,25 +81,29 @@ class Heartbeat:
             return
         self._next = now + BEAT_SECONDS
         try:
-            async with pool.acquire() as connection:
-                if not self._created:
-                    await create_heartbeats_table(connection, self.schema)
-                    self._created = True
-                await connection.execute(
-                    f"INSERT INTO {self.table} (endpoint, deployment_id, host, state, "
-                    "receivers_by_node, processed, failed, estimate, critical_error) "
-                    "VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9) "
-                    "ON CONFLICT (endpoint, deployment_id) DO UPDATE SET host = $3, state = $4, "
-                    "receivers_by_node = $5::jsonb, processed = $6, failed = $7, estimate = $8, "
-                    "critical_error = $9, last_seen = now()",
-                    status.endpoint, self.deployment_id, socket.gethostname(),
-                    state_of(status, stopped), json.dumps(status.receivers_by_node),
-                    status.processed, status.failed, status.estimate, status.critical_error)
+            async with asyncio.timeout(BEAT_TIMEOUT_SECONDS):
+                await self._write(pool, status, stopped)
             self._failing = False
-        except (asyncpg.PostgresError, OSError, asyncpg.InterfaceError) as exc:
+        except Exception as exc:  # whatever it is: see the module's doc
             if not self._failing:
                 log.warning("heartbeat_failed", error=f"{type(exc).__name__}: {exc}")
             self._failing = True
+
+    async def _write(self, pool: asyncpg.Pool, status: DeploymentStatus, stopped: bool) -> None:
+        async with pool.acquire() as connection:
+            if not self._created:
+                await create_heartbeats_table(connection, self.schema)
+                self._created = True
+            await connection.execute(
+                f"INSERT INTO {self.table} (endpoint, deployment_id, host, state, "
+                "receivers_by_node, processed, failed, estimate, critical_error) "
+                "VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9) "
+                "ON CONFLICT (endpoint, deployment_id) DO UPDATE SET host = $3, state = $4, "
+                "receivers_by_node = $5::jsonb, processed = $6, failed = $7, estimate = $8, "
+                "critical_error = $9, last_seen = now()",
+                status.endpoint, self.deployment_id, socket.gethostname(),
+                state_of(status, stopped), json.dumps(status.receivers_by_node),
+                status.processed, status.failed, status.estimate, status.critical_error)
 
 
 async def read_heartbeats(connection: DatabaseConnection, schema: str) -> list[asyncpg.Record]:
