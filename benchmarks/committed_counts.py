@@ -21,7 +21,7 @@ from typing import Any
 
 import asyncpg
 
-from benchmarks.common import throwaway_database
+from benchmarks.common import run_async, throwaway_database
 from benchmarks.endpoints import SINK, atomic, batched
 from benchmarks.throughput import load_backlog, work_messages
 from endpoint_runtime import Endpoint
@@ -126,4 +126,4 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(parse()))), flush=True)
+    print(json.dumps(run_async(main(parse()))), flush=True)

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from benchmarks.common import median, progress, throwaway_database
+from benchmarks.common import median, progress, run_async, throwaway_database
 from benchmarks.scaleout.endpoints import Job, record
 from benchmarks.scaleout.peers.sink import CREATE_SINK, DatabaseClock
 from benchmarks.scaleout.runtime_sides import job_messages
@@ -160,7 +160,7 @@ def run() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     configure_logging("error", json=True)  # the failures' warnings are not what is measured
-    print(json.dumps(asyncio.run(main(args))), flush=True)
+    print(json.dumps(run_async(main(args))), flush=True)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from typing import Any
 import asyncpg
 import msgspec
 
-from benchmarks.common import throwaway_database
+from benchmarks.common import run_async, throwaway_database
 from endpoint_runtime import Endpoint, HandlerContext
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.chain.sagas.storage import SagaTable
@@ -195,4 +195,4 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(parse()))), flush=True)
+    print(json.dumps(run_async(main(parse()))), flush=True)

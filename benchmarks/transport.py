@@ -23,7 +23,14 @@ import asyncpg
 import msgspec
 import structlog
 
-from benchmarks.common import median, progress, summarize, throwaway_database, write_result
+from benchmarks.common import (
+    median,
+    progress,
+    run_async,
+    summarize,
+    throwaway_database,
+    write_result,
+)
 from benchmarks.transport_sides import Worker, Workload, build_workload, receive_worker, send_worker
 from endpoint_runtime.connections.embedded import redact_dsn, resolve_dsn
 from endpoint_runtime.transport import queues
@@ -293,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if args.aa:
         progress("A/A calibration: both sides run the raw code")
-    result = asyncio.run(benchmark(dsn, args.messages, args.concurrency, args.runs, args.aa))
+    result = run_async(benchmark(dsn, args.messages, args.concurrency, args.runs, args.aa))
     result.update(
         benchmark="transport",
         aa_calibration=args.aa,

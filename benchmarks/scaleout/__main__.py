@@ -24,7 +24,6 @@ into docs/performance.md and the plots into docs/images/.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import logging
 import os
@@ -32,7 +31,7 @@ from typing import Any
 
 import structlog
 
-from benchmarks.common import RESULTS_DIR, progress, provenance, write_result
+from benchmarks.common import RESULTS_DIR, progress, provenance, run_async, write_result
 from benchmarks.scaleout import plots, report
 from benchmarks.scaleout.endurance import endurance
 from benchmarks.scaleout.harness import alternate, per_side, target_ratios
@@ -120,7 +119,7 @@ def run(argv: list[str] | None = None) -> None:
     os.environ.setdefault("ENDPOINT_RUNTIME_LOG_LEVEL", "warning")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     started = round(os.getloadavg()[0], 2)
-    result = {**asyncio.run(main(args)), **provenance()}
+    result = {**run_async(main(args)), **provenance()}
     result["load_average"] = {"start": started, "end": round(os.getloadavg()[0], 2)}
     path = write_result("scaleout", result)
     written = plots.plot(result, RESULTS_DIR)

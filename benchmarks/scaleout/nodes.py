@@ -26,7 +26,7 @@ from typing import Any
 
 import asyncpg
 
-from benchmarks.common import progress
+from benchmarks.common import progress, run_async
 from benchmarks.scaleout.harness import alternate, per_side
 from benchmarks.scaleout.runtime_sides import ATOMIC, RuntimeSide
 from benchmarks.scaleout.side import Load
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--per-node", type=int, nargs="+", required=True)
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    print(json.dumps(asyncio.run(drive(args))), flush=True)
+    print(json.dumps(run_async(drive(args))), flush=True)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from benchmarks.common import progress
+from benchmarks.common import progress, run_async
 from benchmarks.scaleout.costs import cpu_spent, postgres_cpu, receivers_cpu
 from benchmarks.scaleout.runtime_sides import job_messages, runtime_sides, wait_for_rows
 from benchmarks.scaleout.side import Load
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     started = time.perf_counter()
-    result = asyncio.run(profile(resolve_dsn(args.dsn), args.side,
+    result = run_async(profile(resolve_dsn(args.dsn), args.side,
                                  Load(args.messages, args.concurrency)))
     progress(f"profiled {args.side} in {time.perf_counter() - started:.0f} s")
     print(json.dumps(result), flush=True)

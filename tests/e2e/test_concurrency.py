@@ -85,6 +85,9 @@ async def test_concurrency_limit_holds_across_receivers_and_follows_runtime_chan
     assert overlap >= 2, "the backlog was never handled concurrently: the test proves nothing"
     receivers = await transport.pool.fetchval("SELECT count(DISTINCT pid) FROM intervals")
     assert receivers == 2  # 4 slots, 2 per receiver
+    # Ray runs its async actors on uvloop whenever it can be imported (a dependency).
+    loops = {r.event_loop for r in (await fresh_status(deployment)).receivers}
+    assert loops == {"uvloop.Loop"}, loops
 
     # Lower the limit while a batch is being handled: it holds once the call returns.
     await send_batch(transport, "concurrency", [Timed(n, batch=2) for n in range(60)])

@@ -84,6 +84,16 @@ class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
     settled_doomed: list[uuid.UUID] = []
     """Ids the peeker marked doomed (crash ledger) that this receiver no longer holds: moved to
     the error queue."""
+    event_loop: str = ""
+    """The class of the receiver's event loop (``uvloop.Loop``: Ray picks uvloop whenever it
+    can be imported, and it is a dependency; see docs/performance.md)."""
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """``module.Class`` of an event loop: ``uvloop.Loop``, or asyncio's
+    ``asyncio.unix_events._UnixSelectorEventLoop``."""
+    kind = type(loop)
+    return f"{kind.__module__}.{kind.__qualname__}"
 
 
 class Receiver:
@@ -98,6 +108,7 @@ class Receiver:
         self._draining = False
         self._shrunk = asyncio.Event()
         self._pool: asyncpg.Pool | None = None
+        self._event_loop = ""
         self._listener: Listener | None = None
         self._throttled = False
         self._critical_error: str | None = None
@@ -186,7 +197,9 @@ class Receiver:
         # process: keep it out of the cyclic GC's full collections, which would otherwise walk
         # it again and again while messages flow.
         gc.freeze()
-        log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid())
+        self._event_loop = loop_name(asyncio.get_running_loop())
+        log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid(),
+                 event_loop=self._event_loop)
         return {"pid": os.getpid(), "node_id": _node_id(), "ledger": str(self._ledger.path)}
 
     def _guard_store(self, store: DelayedMessageStore) -> DelayedMessageStore:
@@ -252,6 +265,7 @@ class Receiver:
             critical_errors=self._critical_errors,
             last_critical_error=self._last_critical_error,
             settled_doomed=self._doomed.settled() if self._doomed else [],
+            event_loop=self._event_loop,
         )
 
     async def drain(self, grace_seconds: float) -> ReceiverStatus:
