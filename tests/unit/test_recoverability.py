@@ -7,6 +7,7 @@ import pytest
 
 from endpoint_runtime.chain.recoverability.error_queue import error_copy
 from endpoint_runtime.chain.recoverability.policy import (
+    CUT_STACK_TRACE,
     Action,
     DiscardMessage,
     ErrorHeaders,
@@ -90,3 +91,20 @@ def test_error_copy_has_the_error_headers_and_no_ttbr(length: int) -> None:
     assert len(copy.headers[ErrorHeaders.MESSAGE]) == min(length, 16_384)
     assert set(ErrorHeaders.ALL) <= set(copy.headers)
     assert copy.headers[Headers.PROCESSING_ENDPOINT] == "sales"
+
+
+def test_a_trace_kept_after_the_record_was_cut_stays_cut_and_is_counted() -> None:
+    record = FailedMessages(text_budget=100)
+    first, second = uuid.uuid4(), uuid.uuid4()
+    record.record(first, ValueError("x" * 80), unrecoverable=False, with_trace=False)
+    record.record(second, ValueError("y" * 80), unrecoverable=False, with_trace=False)
+    try:
+        raise ValueError("z")
+    except ValueError as exc:
+        record.keep_trace(first, exc)  # first was cut when second came over the budget
+    kept = record.get(first)
+    assert kept is not None
+    assert 0 < len(kept.stack_trace) <= CUT_STACK_TRACE
+    assert kept.stack_trace.rstrip().endswith("ValueError: z")
+    held = [record.get(i) for i in (first, second)]
+    assert record.text_size == sum(len(f.message) + len(f.stack_trace) for f in held if f)

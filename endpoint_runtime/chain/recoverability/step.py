@@ -108,7 +108,7 @@ class RecoverabilityStep:
                 unit.keep_failure(exc, functools.partial(self.failed, message, exc,
                                                          context.limits, context))
                 return
-            self.failed(message, exc, context.limits, context)
+            self.failed(message, exc, context.limits, context, last=not unit.retries)
             if not unit.retries:  # the message is gone from the queue: nothing can retry it
                 unit.moved_to_error = await self.give_up(unit.executor, message)
                 context.recoverability_action = (Action.ERROR_QUEUE if unit.moved_to_error
@@ -118,7 +118,7 @@ class RecoverabilityStep:
             if not unit.retries and unit.spare is not None:
                 # A stop cut the handlers short and the row is gone: keep a copy, then stop.
                 # On the spare executor: the handlers may have left theirs mid-query.
-                self.failed(message, HandlerCancelledError())
+                self.failed(message, HandlerCancelledError(), last=True)
                 unit.moved_to_error = await asyncio.shield(self.give_up(unit.spare, message))
             raise
         self._settle_later(unit, message)
@@ -148,21 +148,25 @@ class RecoverabilityStep:
 
     def failed(self, message: TransportMessage, exc: BaseException,
                limits: RetryLimits | None = None,
-               context: IncomingContext | None = None) -> Failure:
+               context: IncomingContext | None = None, *, last: bool = False) -> Failure:
         """Count a failed attempt (``limits``: those of the handler that raised). A database
         error "current transaction is aborted" is charged as :class:`TransactionAbortedError`:
         a handler caught an error without a savepoint. ``context`` (the attempt's) learns the
-        exception and the next step."""
+        exception and the next step. The stack trace is formatted only for an attempt that
+        may be the message's last (``last``: it cannot be retried; or its next step is not an
+        immediate retry, which decides the same again at the next delivery)."""
         exc = charged_exception(exc)
         if isinstance(exc, QueueNotFoundError) and self.subscriptions is not None:
             self.subscriptions.forget()  # a subscriber queue may be gone: read them again
         failure = self.failures.record(
             message.native_id, exc, unrecoverable=self.policy.is_unrecoverable(exc),
-            limits=limits or RetryLimits(),
+            limits=limits or RetryLimits(), with_trace=False,
         )
         self.stats.failed += 1
         self.stats.consecutive_failures += 1
         next_step = self.policy.decide(failure, message.headers).action
+        if last or next_step is not Action.IMMEDIATE_RETRY:
+            self.failures.keep_trace(message.native_id, exc)
         if context is not None:
             context.failure, context.recoverability_action = exc, next_step
         self.metrics.failed(self.tags.of(message),
