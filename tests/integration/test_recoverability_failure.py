@@ -78,3 +78,39 @@ async def test_none_mode_keeps_a_poison_row_when_it_cannot_be_moved(
             await slot.round()
 
     assert await transport.depth("fire_and_forget") == 1  # the receive rolled back with it
+
+
+async def test_a_move_whose_commit_fails_is_counted_once_when_it_is_made_again(
+    transport: PostgresTransport,
+) -> None:
+    """The move to the error queue is written, then its COMMIT fails (a deferred trigger on
+    the error queue refuses the first one): the message comes back, is moved again, and the
+    receiver's count says one move, as the error queue holds one row."""
+    for queue in ("doomed", "error"):
+        await transport.create_queue(queue)
+    error = transport.address("error").qualified
+    await transport.pool.execute(f"""
+        CREATE SEQUENCE refusals;
+        CREATE FUNCTION refuse_the_first() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF nextval('refusals') = 1 THEN RAISE EXCEPTION 'first move refused'; END IF;
+            RETURN NULL;
+        END $$;
+        CREATE CONSTRAINT TRIGGER refuse AFTER INSERT ON {error}
+            DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_the_first();
+    """)
+    await transport.send("doomed", create_outgoing(Doomed(3)))
+    pipeline = doomed.create_pipeline()
+    strategy = doomed.create_strategy(pipeline, transport.pool, doomed.settings)
+
+    async with transport.pool.acquire() as connection:
+        slot = strategy.open_slot(connection)
+        for _ in range(6):
+            await slot.round()
+            if await transport.depth("doomed") == 0:
+                break
+        await slot.close()
+
+    assert await transport.pool.fetchval("SELECT last_value FROM refusals") == 2  # refused once
+    assert await transport.depth("error") == 1
+    assert pipeline.stats.moved_to_error == 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 
 import asyncpg
 import structlog
@@ -83,6 +84,7 @@ class RecoverabilityStep:
         message, unit = context.message, context.unit
         if isinstance(message, PoisonMessage):
             await self.move_poison_to_error_queue(unit.executor, message)
+            self._count_when_done(unit, self._moved, UNKNOWN_TYPE)
             unit.moved_to_error = True
             context.recoverability_action = Action.ERROR_QUEUE
             context.outcome = Outcome.CONSUMED
@@ -91,6 +93,7 @@ class RecoverabilityStep:
         if decision is not None:
             failure = self.failures.get(message.native_id)
             unit.moved_to_error = await self.apply_decision(unit.executor, message, decision)
+            self._count_decision(unit, message, decision.action, unit.moved_to_error)
             context.recoverability_action = (Action.ERROR_QUEUE if unit.moved_to_error
                                              else decision.action)
             context.outcome = Outcome.CONSUMED
@@ -111,6 +114,7 @@ class RecoverabilityStep:
             self.failed(message, exc, context.limits, context, last=not unit.retries)
             if not unit.retries:  # the message is gone from the queue: nothing can retry it
                 unit.moved_to_error = await self.give_up(unit.executor, message)
+                self._count_decision(unit, message, Action.ERROR_QUEUE, unit.moved_to_error)
                 context.recoverability_action = (Action.ERROR_QUEUE if unit.moved_to_error
                                                  else Action.DISCARD)
             return
@@ -120,8 +124,41 @@ class RecoverabilityStep:
                 # On the spare executor: the handlers may have left theirs mid-query.
                 self.failed(message, HandlerCancelledError(), last=True)
                 unit.moved_to_error = await asyncio.shield(self.give_up(unit.spare, message))
+                self._count_decision(unit, message, Action.ERROR_QUEUE, unit.moved_to_error)
             raise
         self._settle_later(unit, message)
+
+    def _count_decision(self, unit: Unit, message: TransportMessage, action: Action,
+                        moved: bool) -> None:
+        """Count what :meth:`apply_decision` did: a move (``moved``), a delayed retry, or
+        else a discard."""
+        if moved:
+            self._count_when_done(unit, self._moved, self.tags.of(message))
+        elif action is Action.DELAYED_RETRY and self.delayed_store is not None:
+            self._count_when_done(unit, self._delayed_retry, self.tags.of(message))
+        else:
+            self._count_when_done(unit, self._discarded, "")
+
+    @staticmethod
+    def _count_when_done(unit: Unit, count: Callable[[str], None], tag: str) -> None:
+        """Count a move once the work that carries it commits (a move that rolls back is made
+        again at the next delivery, and counted then); without retries (``NONE``) the move
+        committed on its own already."""
+        if unit.retries:
+            unit.after_commit(functools.partial(count, tag))
+        else:
+            count(tag)
+
+    def _moved(self, tag: str) -> None:
+        self.stats.moved_to_error += 1
+        self.metrics.moved_to_error(tag)
+
+    def _delayed_retry(self, tag: str) -> None:
+        self.stats.delayed_retries += 1
+        self.metrics.delayed_retry(tag)
+
+    def _discarded(self, _tag: str) -> None:
+        self.stats.discarded += 1
 
     def _settle_later(self, unit: Unit, message: TransportMessage) -> None:
         """After commit: the failure count goes. After a rollback the strategy charges to
@@ -200,7 +237,6 @@ class RecoverabilityStep:
         moved = False
         try:
             if decision.action is Action.DISCARD:
-                self.stats.discarded += 1
                 log.warning("message_discarded", reason=failure.discard_reason)
             elif decision.action is Action.DELAYED_RETRY and self.delayed_store is not None:
                 await self._store_delayed_retry(executor, message, decision.delay)
@@ -226,8 +262,6 @@ class RecoverabilityStep:
         await move_failed(executor, self.error_address, message, failure,
                                       str(self.local_address), self.endpoint)
         self.failures.forget(message.native_id)
-        self.stats.moved_to_error += 1
-        self.metrics.moved_to_error(self.tags.of(message))
         log.error("moved_to_error_queue", error_queue=str(self.error_address),
                   reason=failure.exception_type, attempts=failure.attempts)
 
@@ -243,8 +277,6 @@ class RecoverabilityStep:
                 await self.delayed_store.store(connection, delayed)
         else:
             await self.delayed_store.store(executor, delayed)
-        self.stats.delayed_retries += 1
-        self.metrics.delayed_retry(self.tags.of(message))
         # Info: the attempt's own warning (message_failed, next_step=delayed_retry) said it.
         log.info("delayed_retry_scheduled", delay_s=round(delay, 3),
                  retry=headers[RetryHeaders.RETRIES])
@@ -255,8 +287,6 @@ class RecoverabilityStep:
             await move_poison(executor, self.error_address, message)
         except Exception as exc:
             raise RecoverabilityFailedError(message.native_id) from exc
-        self.stats.moved_to_error += 1
-        self.metrics.moved_to_error(UNKNOWN_TYPE)
         log.error("probable message metadata corruption", native_id=str(message.native_id),
                   reason=message.reason, error_queue=str(self.error_address))
 
