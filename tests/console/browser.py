@@ -50,9 +50,9 @@ def screenshots_folder() -> Path:
     return Path(tempfile.gettempdir()) / "endpoint-runtime-console-screenshots"
 
 
-async def screenshot(page: Page, name: str) -> Path:
+async def screenshot(page: Page, name: str, *, full_page: bool = False) -> Path:
     folder = screenshots_folder()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.png"
-    await page.screenshot(path=str(path), full_page=False)
+    await page.screenshot(path=str(path), full_page=full_page)
     return path

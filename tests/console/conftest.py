@@ -85,6 +85,8 @@ async def read_only_console(database_dsn: str) -> AsyncIterator[Console]:
 
 
 HOSTILE_ENDPOINT = "<script>alert('report')</script>"
+SAMPLE_PLOT = Path(__file__).resolve().parents[2] / "docs" / "report" / "plots" / "throughput.png"
+"""A plot the report drew (docs/report: the 1M-row benchmark's report)."""
 
 
 @pytest.fixture
@@ -102,7 +104,7 @@ async def report_console(database_dsn: str, tmp_path: Path) -> AsyncIterator[Con
                   **{f"{m}_{p}": 1.0 for m in ("processing_ms", "critical_ms")
                      for p in ("p50", "p95", "p99")}}],
         exceptions=[], edges=[], slowest=[], plots={"Throughput": "plots/throughput.png"}))
-    (report / "plots" / "throughput.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (report / "plots" / "throughput.png").write_bytes(SAMPLE_PLOT.read_bytes())
     (report / "secret.png").write_bytes(b"not a plot")
     (tmp_path / "outside.html").write_text("not the report")
     (report / "plots" / "leak.png").symlink_to(report / "secret.png")
