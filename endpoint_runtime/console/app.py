@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
@@ -30,13 +29,11 @@ from endpoint_runtime.console.jobs import Job, Jobs
 from endpoint_runtime.console.security import CSRF_FIELD, TokenGate, csrf_token
 from endpoint_runtime.console.storage import GROUPINGS, ConsoleData
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
+from endpoint_runtime.pages import environment
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.wire.messages import Headers, RetryHeaders
 
-TEMPLATES = Environment(
-    loader=FileSystemLoader(Path(__file__).parent / "templates"),
-    autoescape=select_autoescape(default=True, default_for_string=True),
-)
+TEMPLATES = environment(Path(__file__).parent / "templates")  # shared with the report's page
 TEMPLATES.filters["short_type"] = short_type
 TEMPLATES.filters["fromjson"] = lambda value: (value if isinstance(value, dict)
                                                else json.loads(value))
@@ -128,7 +125,8 @@ def create_app(settings: TransportSettings, token: str, *, error_queue: str = "e
     async def endpoints(request: Request) -> Response:
         console = data(request)
         return page(request, "endpoints.html", endpoints=await console.endpoints(),
-                    deployments=await console.deployments())
+                    deployments=await console.deployments(),
+                    subscriptions=await console.subscriptions(), sagas=await console.sagas())
 
     async def messages(request: Request) -> Response:
         params = request.query_params

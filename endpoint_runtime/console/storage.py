@@ -11,13 +11,19 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Any
 
 import asyncpg
 
 from endpoint_runtime.chain.recoverability.error_queue import retry_failed
+from endpoint_runtime.chain.sagas.storage import StoredSagaTable
 from endpoint_runtime.connections.connecting import PostgresTransport
-from endpoint_runtime.console.charts import series
+from endpoint_runtime.console.endpoints import (
+    QueueRow,
+    SubscriptionRow,
+    queue_rows,
+    saga_tables,
+    subscription_rows,
+)
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.ingestion.storage import OperationalData
 from endpoint_runtime.runtime.heartbeats import read_heartbeats
@@ -188,34 +194,16 @@ class ConsoleData:
             f"SELECT at, action, cardinality(native_ids) AS messages, native_ids[1:5] AS some, "
             f"outcome, client FROM {self.actions} ORDER BY at DESC LIMIT {ROWS_SHOWN}")
 
-    async def endpoints(self) -> list[dict[str, Any]]:
-        """Each queue table's length, with the audit log's last hour per processing
-        endpoint: messages, per-minute throughput, mean processing and critical time, and
-        the series per minute (messages, mean critical time) for the charts."""
-        queues = await self.transport.list_queues(self.error_queue.schema)
-        audit = {row["endpoint"]: row for row in await self.transport.pool.fetch(
-            f"SELECT processing_endpoint AS endpoint, count(*) AS messages, "
-            f"count(*) / 60.0 AS per_minute, avg(processing_time_ms) AS processing_ms, "
-            f"avg(critical_time_ms) AS critical_ms, max(processing_ended) AS last "
-            f"FROM {self.audit_log} WHERE processing_ended > now() - interval '1 hour' "
-            "GROUP BY 1")}
-        minutes: dict[str, list[asyncpg.Record]] = {}
-        for row in await self.transport.pool.fetch(
-            f"SELECT processing_endpoint AS endpoint, "
-            f"date_trunc('minute', processing_ended) AS minute, count(*) AS messages, "
-            f"avg(critical_time_ms) AS critical_ms FROM {self.audit_log} "
-            "WHERE processing_ended > date_trunc('minute', now()) - interval '59 minutes' "
-            "GROUP BY 1, 2"):
-            minutes.setdefault(row["endpoint"], []).append(row)
-        now = await self.transport.pool.fetchval("SELECT now()")
-        rows: list[dict[str, Any]] = []
-        for queue in queues:
-            per_minute = minutes.get(queue.address.table, [])
-            rows.append({"queue": str(queue.address), "length": queue.depth,
-                         "audit": audit.get(queue.address.table),
-                         "throughput": series(per_minute, now, "messages"),
-                         "critical": series(per_minute, now, "critical_ms")})
-        return rows
+    async def endpoints(self) -> list[QueueRow]:
+        """Each queue's length, delayed messages, audit log's last hour and charts
+        (:func:`~endpoint_runtime.console.endpoints.queue_rows`)."""
+        return await queue_rows(self.transport, self.error_queue.schema, self.audit_log)
+
+    async def subscriptions(self) -> list[SubscriptionRow]:
+        return await subscription_rows(self.transport)
+
+    async def sagas(self) -> list[StoredSagaTable]:
+        return await saga_tables(self.transport, self.error_queue.schema)
 
     async def deployments(self) -> list[asyncpg.Record]:
         """The deployments' heartbeats (state, receivers per node, counts, last seen)."""

@@ -2,7 +2,8 @@
 
 With ``TransportSettings.installers`` (the default) a deployment creates what is missing at
 start: its queue, the error and audit queues, its delayed-message store, its outbox, the
-subscription table and its committed-counts table (``transactions.counting``), then runs the
+subscription table, its committed-counts table (``transactions.counting``) and the heartbeat
+tables its peeker writes (``runtime.heartbeats``, read by the console), then runs the
 endpoint's business schema (``schema_sql`` and install hooks,
 :mod:`endpoint_runtime.database.business_schema`). With ``installers=False`` it runs no DDL at
 all and only checks that those tables, and the business tables the endpoint declares, exist,
@@ -27,6 +28,7 @@ from endpoint_runtime.chain.subscriptions import subscription_store
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.database.business_schema import BusinessSchema
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.runtime.heartbeats import create_heartbeats_table, heartbeat_tables
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.counting import counts_table, create_counts_table
 from endpoint_runtime.transport import QueueAddress
@@ -76,12 +78,17 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
     outbox: QueueAddress | None = None
     subscriptions: QueueAddress | None = None
     committed_counts: QueueAddress | None = None
+    heartbeats: QueueAddress | None = None
+    queue_lengths: QueueAddress | None = None
+    """Where its peeker writes its heartbeat and its queue's length per minute
+    (``runtime.heartbeats``)."""
     sagas: tuple[QueueAddress, ...] = ()
     """One table per saga type (``endpoint_runtime.chain.sagas.storage``)."""
 
     @classmethod
     def of(cls, endpoint: InstallableEndpoint, settings: EndpointSettings) -> EndpointTables:
         schema = settings.transport.schema
+        heartbeats, queue_lengths = heartbeat_tables(endpoint.address.schema)
         delayed = None
         if endpoint.delayed_store is not None and settings.delayed_delivery.enabled:
             delayed = getattr(endpoint.delayed_store, "table", None)
@@ -96,6 +103,7 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
             subscriptions=(subscription_store(settings.transport).table
                            if settings.auto_subscribe else None),
             committed_counts=counts_table(endpoint.address),
+            heartbeats=heartbeats, queue_lengths=queue_lengths,
             sagas=endpoint.sagas.tables,
         )
 
@@ -123,6 +131,7 @@ async def install(transport: PostgresTransport, endpoint: InstallableEndpoint,
         if settings.auto_subscribe:
             await subscription_store(settings.transport).setup(connection)
         await create_counts_table(connection, counts_table(endpoint.address))
+        await create_heartbeats_table(connection, endpoint.address.schema)
         await endpoint.sagas.setup(connection)
         await endpoint.business_schema.install(connection)
 

@@ -39,11 +39,12 @@ SEND = "INSERT"
 FAIL = "INSERT, SELECT (id)"
 """The error queue: its insert returns the id it kept (and reads no one else's messages)."""
 STORE = "SELECT, INSERT, UPDATE, DELETE"
-"""The delayed store, the outbox, the saga tables, the committed counts and the subscription
-table: read and
-written (the subscription table's rows only as the row-level security of
-:func:`subscription_policies` allows; the committed counts: each receive slot adds to its row,
-receivers delete the rows of deployments long idle)."""
+"""The delayed store, the outbox, the saga tables, the committed counts, the heartbeat tables
+and the subscription table: read and written (the subscription table's rows only as the
+row-level security of :func:`subscription_policies` allows; the committed counts: each receive
+slot adds to its row, receivers delete the rows of deployments long idle; the heartbeats: the
+peeker upserts its row and its queue's length per minute and deletes the minutes past their
+retention)."""
 READ = "SELECT"
 """The subscription table of an endpoint that does not subscribe: a publish reads it."""
 READ_POLICY = "endpoint_runtime_subscriptions_readable"
@@ -64,7 +65,7 @@ def grant_statements(tables: EndpointTables, role: str, *, sends_to: Iterable[st
         if queue is not None:
             grants.setdefault(queue, SEND)
     for table in (tables.delayed, tables.outbox, tables.subscriptions, tables.committed_counts,
-                  *tables.sagas):
+                  tables.heartbeats, tables.queue_lengths, *tables.sagas):
         if table is not None:
             grants[table] = STORE  # a table listed twice gets the widest grant
     statements = []

@@ -6,9 +6,15 @@ everyone. Every :data:`BEAT_SECONDS` the peeker upserts one row per deployment i
 ``endpoint_heartbeats`` (in the transport's schema): its state (``running``, ``halted`` after
 a critical error, ``stopped`` once stopped), receivers per Ray node, messages processed and
 failed, the queue estimate, the critical error and when it was last seen. A deployment whose
-row is older than :data:`SILENT_AFTER` seconds is silent (its process or node is gone).
+row is older than :data:`SILENT_AFTER` seconds is silent (its process or node is gone). The
+same statement keeps the queue's length per minute in ``endpoint_queue_lengths`` (the
+estimate of the minute's last beat, per endpoint) and deletes the endpoint's minutes older
+than :data:`HISTORY_HOURS`: the console's chart of queue length.
 
-The console reads the table with :func:`read_heartbeats`.
+The tables are the installers' (``endpoint-runtime db install`` and a deployment with
+installers create them: :func:`create_heartbeats_table`; ``db grants`` grants them); a
+heartbeat runs no DDL, so a role that may create nothing writes its heartbeat all the same.
+The console reads them with :func:`read_heartbeats` and :func:`read_queue_lengths`.
 A heartbeat never stops an endpoint and never holds up its peeker: whatever a write raises
 (a role without the privilege, the database away, a connection the outage left broken) or
 when it takes longer than :data:`BEAT_TIMEOUT_SECONDS`, the peeker logs it once and goes on.
@@ -38,6 +44,14 @@ BEAT_SECONDS = 5.0
 SILENT_AFTER = 3 * BEAT_SECONDS
 BEAT_TIMEOUT_SECONDS = 2.0
 TABLE = "endpoint_heartbeats"
+HISTORY_TABLE = "endpoint_queue_lengths"
+HISTORY_HOURS = 24
+"""How long the queue length per minute is kept."""
+
+
+def heartbeat_tables(schema: str) -> tuple[QueueAddress, QueueAddress]:
+    """The heartbeats and the queue lengths per minute, in ``schema``."""
+    return QueueAddress(TABLE, schema), QueueAddress(HISTORY_TABLE, schema)
 
 
 def heartbeats_table(schema: str) -> str:
@@ -45,15 +59,20 @@ def heartbeats_table(schema: str) -> str:
 
 
 async def create_heartbeats_table(connection: DatabaseConnection, schema: str) -> None:
+    """Both tables of :func:`heartbeat_tables` (idempotent, under the DDL lock)."""
+    beats, history = (table.qualified for table in heartbeat_tables(schema))
     async with ddl_lock(connection):
         await connection.execute(f"""
-            CREATE TABLE IF NOT EXISTS {heartbeats_table(schema)} (
+            CREATE TABLE IF NOT EXISTS {beats} (
                 endpoint text NOT NULL, deployment_id text NOT NULL, host text NOT NULL,
                 state text NOT NULL, receivers_by_node jsonb NOT NULL,
                 processed bigint NOT NULL, failed bigint NOT NULL, estimate integer NOT NULL,
                 critical_error text, started_at timestamptz NOT NULL DEFAULT now(),
                 last_seen timestamptz NOT NULL DEFAULT now(),
-                PRIMARY KEY (endpoint, deployment_id))""")
+                PRIMARY KEY (endpoint, deployment_id));
+            CREATE TABLE IF NOT EXISTS {history} (
+                endpoint text NOT NULL, minute timestamptz NOT NULL, length integer NOT NULL,
+                PRIMARY KEY (endpoint, minute))""")
 
 
 def state_of(status: DeploymentStatus, stopped: bool = False) -> str:
@@ -66,11 +85,9 @@ class Heartbeat:
     """The heartbeat of one deployment (held by its peeker)."""
 
     def __init__(self, schema: str, deployment_id: str) -> None:
-        self.table = heartbeats_table(schema)
-        self.schema = schema
+        self.table, self.history = (table.qualified for table in heartbeat_tables(schema))
         self.deployment_id = deployment_id
         self._next = 0.0
-        self._created = False
         self._failing = False
 
     async def beat(self, pool: asyncpg.Pool, status: DeploymentStatus, *,
@@ -91,19 +108,33 @@ class Heartbeat:
 
     async def _write(self, pool: asyncpg.Pool, status: DeploymentStatus, stopped: bool) -> None:
         async with pool.acquire() as connection:
-            if not self._created:
-                await create_heartbeats_table(connection, self.schema)
-                self._created = True
             await connection.execute(
-                f"INSERT INTO {self.table} (endpoint, deployment_id, host, state, "
-                "receivers_by_node, processed, failed, estimate, critical_error) "
+                f"WITH beat AS (INSERT INTO {self.table} (endpoint, deployment_id, host, "
+                "state, receivers_by_node, processed, failed, estimate, critical_error) "
                 "VALUES ($1, $2, $3, $4, $5::jsonb, $6, $7, $8, $9) "
                 "ON CONFLICT (endpoint, deployment_id) DO UPDATE SET host = $3, state = $4, "
                 "receivers_by_node = $5::jsonb, processed = $6, failed = $7, estimate = $8, "
-                "critical_error = $9, last_seen = now()",
+                "critical_error = $9, last_seen = now()), "
+                f"minute AS (INSERT INTO {self.history} (endpoint, minute, length) "
+                "VALUES ($1, date_trunc('minute', now()), $8) "
+                "ON CONFLICT (endpoint, minute) DO UPDATE SET length = $8) "
+                f"DELETE FROM {self.history} WHERE endpoint = $1 "
+                f"AND minute < now() - interval '{HISTORY_HOURS} hours'",
                 status.endpoint, self.deployment_id, socket.gethostname(),
                 state_of(status, stopped), json.dumps(status.receivers_by_node),
                 status.processed, status.failed, status.estimate, status.critical_error)
+
+
+async def read_queue_lengths(connection: DatabaseConnection, schema: str,
+                             minutes: int) -> list[asyncpg.Record]:
+    """``endpoint``, ``minute`` and ``length`` of the last ``minutes`` minutes (none before
+    the tables are installed)."""
+    history = QueueAddress(HISTORY_TABLE, schema).qualified
+    if not await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", history):
+        return []
+    return await connection.fetch(
+        f"SELECT endpoint, minute, length FROM {history} "
+        "WHERE minute > date_trunc('minute', now()) - make_interval(mins => $1)", minutes)
 
 
 async def read_heartbeats(connection: DatabaseConnection, schema: str) -> list[asyncpg.Record]:

@@ -1,8 +1,13 @@
 """A real headless Chromium (Debian's ``chromium``, installed by bin/dev) driven by
-Playwright, with a fresh profile per test; screenshots of the pages go to docs/console/."""
+Playwright, with a fresh profile per test.
+
+Screenshots of the pages go to a temporary directory, so a test run leaves the checkout
+clean; with ``CONSOLE_SCREENSHOTS=docs`` they replace the ones in docs/console/ (how
+docs/console.md's pictures are refreshed)."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,7 +18,8 @@ from playwright.async_api import BrowserContext, Page, async_playwright
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
+SCREENSHOTS_VARIABLE = "CONSOLE_SCREENSHOTS"
 
 
 def _require_chromium() -> None:
@@ -36,6 +42,17 @@ async def browser() -> AsyncIterator[BrowserContext]:
             await context.close()
 
 
-async def screenshot(page: Page, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=False)
+def screenshots_folder() -> Path:
+    """docs/console/ when ``CONSOLE_SCREENSHOTS=docs``, else a folder of the system's
+    temporary directory."""
+    if os.environ.get(SCREENSHOTS_VARIABLE) == "docs":
+        return DOCS_SCREENSHOTS
+    return Path(tempfile.gettempdir()) / "endpoint-runtime-console-screenshots"
+
+
+async def screenshot(page: Page, name: str, *, full_page: bool = False) -> Path:
+    folder = screenshots_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    await page.screenshot(path=str(path), full_page=full_page)
+    return path

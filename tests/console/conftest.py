@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 import uvicorn
 
 from endpoint_runtime import TransportSettings
+from endpoint_runtime.analytics.page import render
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.chain.recoverability.error_queue import move_failed
 from endpoint_runtime.chain.recoverability.policy import Failure
@@ -82,14 +84,31 @@ async def read_only_console(database_dsn: str) -> AsyncIterator[Console]:
     await _stop(server, task)
 
 
+HOSTILE_ENDPOINT = "<script>alert('report')</script>"
+SAMPLE_PLOT = Path(__file__).resolve().parents[2] / "docs" / "report" / "plots" / "throughput.png"
+"""A plot the report drew (docs/report: the 1M-row benchmark's report)."""
+
+
 @pytest.fixture
 async def report_console(database_dsn: str, tmp_path: Path) -> AsyncIterator[Console]:
-    """A console serving the report written to ``tmp_path`` (a page and one plot)."""
-    (tmp_path / "plots").mkdir()
-    (tmp_path / "report.html").write_text('<h1>Report</h1><img src="plots/flow.png">')
-    (tmp_path / "plots" / "flow.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    (tmp_path / "secret.png").write_bytes(b"not a plot")
-    server, task = await serve(database_dsn, report=tmp_path)
+    """A console serving a report page rendered by the report's own code (an endpoint with
+    a hostile name) in ``tmp_path/report``, one plot, and files outside the plots folder: a
+    ``secret.png`` beside the report, a ``leak.png`` in the plots folder linking to it."""
+    report = tmp_path / "report"
+    (report / "plots").mkdir(parents=True)
+    (report / "report.html").write_text(render(
+        title="endpoint-runtime report", window="the last hour", generated=datetime.now(UTC),
+        facts=[("audit rows read", "3")],
+        summary=[{"endpoint": HOSTILE_ENDPOINT, "message_type": None, "processed": 3,
+                  "failed": 0, "failure_rate": 0.0, "per_second": 0.1, "retries": 0,
+                  **{f"{m}_{p}": 1.0 for m in ("processing_ms", "critical_ms")
+                     for p in ("p50", "p95", "p99")}}],
+        exceptions=[], edges=[], slowest=[], plots={"Throughput": "plots/throughput.png"}))
+    (report / "plots" / "throughput.png").write_bytes(SAMPLE_PLOT.read_bytes())
+    (report / "secret.png").write_bytes(b"not a plot")
+    (tmp_path / "outside.html").write_text("not the report")
+    (report / "plots" / "leak.png").symlink_to(report / "secret.png")
+    server, task = await serve(database_dsn, report=report)
     yield Console(f"http://127.0.0.1:{server.config.port}", TOKEN)
     await _stop(server, task)
 

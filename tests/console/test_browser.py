@@ -6,6 +6,7 @@ rendered as text. The pages' screenshots in docs/console.md come from here."""
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import AsyncIterator
 
 import msgspec
@@ -14,17 +15,29 @@ from playwright.async_api import BrowserContext, Dialog, expect
 
 from endpoint_runtime import TransportSettings
 from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.sagas.storage import SagaTable
+from endpoint_runtime.chain.subscriptions import subscription_store
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.runtime.actors.cluster import ensure_ray
+from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.wire.messages import Headers
 from tests.console.browser import browser, screenshot
-from tests.console.conftest import Console, plant_failed
+from tests.console.conftest import HOSTILE_ENDPOINT, Console, plant_failed
 from tests.e2e.conftest import Deployer, wait_for
 from tests.support.recoverability_endpoints import Charge
 
 __all__ = ["browser"]  # the fixture, imported to be used here
 
 MODULE = "tests.support.recoverability_endpoints"
+EVENT = "Shop.OrderCharged, Shop.Messages"
+AN_HOUR_AUDITED = """
+    INSERT INTO audit_log (message_id, processing_endpoint, processing_ended,
+                           processing_time_ms, critical_time_ms, body_size, retries, headers)
+    SELECT 'earlier-' || m || '-' || i, 'switched', now() - m * interval '1 minute',
+           20 + 15 * sin(m / 6.0), 60 + 40 * sin(m / 6.0) + i, 0, 0, '{}'
+    FROM generate_series(1, 59) AS m, generate_series(1, 5 + m % 7) AS i"""
+"""An hour of audit rows of the endpoint, as ingestion records them (it does not run here):
+the endpoints page's charts of messages, processing and critical time per minute."""
 ORDERS = 3
 
 
@@ -39,7 +52,23 @@ async def shop(database_dsn: str) -> AsyncIterator[PostgresTransport]:
             CREATE TABLE charges (key text);
             CREATE TABLE switch (broken boolean);
             INSERT INTO switch VALUES (true)""")
+        await _subscriptions_and_sagas(transport)
         yield transport
+
+
+async def _subscriptions_and_sagas(transport: PostgresTransport) -> None:
+    """What the endpoints page lists besides queues: a subscription whose queue exists, one
+    whose queue does not, and a saga type with two live instances."""
+    store = subscription_store(transport.settings)
+    sagas = SagaTable(QueueAddress("switched_OrderBilling"), "order_id", str)
+    async with transport.pool.acquire() as connection:
+        await store.setup(connection)
+        await store.subscribe(connection, transport.address("switched"), "switched", EVENT)
+        await store.subscribe(connection, QueueAddress("retired_crm"), "crm", EVENT)
+        await sagas.setup(connection)
+        for order in ("order-1", "order-2"):
+            await sagas.insert(connection, uuid.uuid4(), metadata="{}", data="{}",
+                               saga_type_version="1", correlation_value=order)
 
 
 @pytest.mark.ray
@@ -99,12 +128,18 @@ async def test_retry_a_group_produced_by_a_real_endpoint(
         await screenshot(page, "operator-log")
         await page.goto(f"{console.url}/failed")
         await expect(page.get_by_text("No failed messages.")).to_be_visible()
+        await shop.pool.execute(AN_HOUR_AUDITED)  # for the charts of the screenshot
         await page.goto(f"{console.url}/endpoints")
         await expect(page.locator("#endpoints")).to_contain_text("public.switched")
         deployment = page.locator("tr.deployment", has_text="switched")
         await expect(deployment.locator("td.state")).to_have_text("running")
         await expect(deployment.locator("td.receivers")).to_contain_text(" on ")
-        await screenshot(page, "endpoints")
+        await expect(page.locator("tr.subscription.nowhere")).to_contain_text("retired_crm")
+        await expect(page.locator("tr.subscription.nowhere td.points")).to_have_text(
+            "points nowhere: no such queue")
+        await expect(page.locator("tr.saga td.instances")).to_have_text("2")
+        await expect(page.locator("#endpoints svg.chart.throughput")).to_have_count(1)
+        await screenshot(page, "endpoints", full_page=True)
         await deployer.stop_all()  # its last heartbeat says so
         await page.reload()
         await expect(deployment.locator("td.state")).to_have_text("stopped")
@@ -167,3 +202,20 @@ async def test_hostile_content_renders_as_text_and_the_gates_hold(
     assert (await posted.value).status == 403
     assert await db.depth("error") == 1
     assert await db.depth("billing") == 0
+
+
+async def test_the_report_page_in_the_console(
+    report_console: Console, browser: BrowserContext
+) -> None:
+    page = await browser.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: dialogs.append(dialog.message))
+    await page.goto(f"{report_console.url}/report/?token={report_console.token}")
+    await expect(page.locator("h1")).to_have_text("endpoint-runtime report")
+    await expect(page.locator("tr.total td").first).to_have_text(HOSTILE_ENDPOINT)
+    plot = page.locator('img[alt="Throughput"]')
+    await expect(plot).to_be_visible()
+    assert await plot.evaluate("image => image.naturalWidth") > 0  # served, and a PNG
+    assert await page.locator("script").count() == 0
+    assert dialogs == []
+    await screenshot(page, "report")

@@ -16,7 +16,8 @@ from endpoint_runtime.console.security import COOKIE
 from endpoint_runtime.runtime.heartbeats import create_heartbeats_table
 from endpoint_runtime.transport import sending
 from endpoint_runtime.wire.messages import Headers
-from tests.console.conftest import Console, plant_failed
+from tests.console.conftest import HOSTILE_ENDPOINT, Console, plant_failed
+from tests.console.test_endpoints_page import peak
 
 JOB_TIMEOUT = 10.0
 
@@ -218,8 +219,8 @@ async def test_endpoints_page_shows_queue_lengths(console: Console, db: Postgres
     await _plant_two_groups(db)
     async with console.client() as client:
         html = (await client.get("/endpoints")).text
-    assert re.search(r'<td>public\.error</td><td class="length">5</td>', html)
-    assert re.search(r'<td>public\.billing</td><td class="length">0</td>', html)
+    assert re.search(r'<td class="name">public\.error</td><td class="length">5</td>', html)
+    assert re.search(r'<td class="name">public\.billing</td><td class="length">0</td>', html)
 
 
 async def test_a_conversation_draws_its_endpoints_as_lanes(
@@ -244,17 +245,22 @@ async def test_endpoints_page_charts_the_audit_log_per_minute(
     await db.pool.execute("""
         INSERT INTO audit_log (message_id, processing_endpoint, processing_ended,
                                processing_time_ms, critical_time_ms, body_size, retries, headers)
-        SELECT 'm' || i, 'billing', now() - (i % 3) * interval '1 minute', 2, 10 * (i % 3 + 1),
-               0, 0, '{}'
+        SELECT 'm' || i, 'billing', now() - (i % 3) * interval '1 minute', i % 3 + 1,
+               10 * (i % 3 + 1), 0, 0, '{}'
         FROM generate_series(1, 30) AS i""")
     async with console.client() as client:
         html = (await client.get("/endpoints")).text
-    row = re.search(r"<td>public\.billing</td>.*?</tr>", html, re.S)
+    row = re.search(r"<td class=\"name\">public\.billing</td>.*?</tr>", html, re.S)
     assert row is not None
     assert '<td class="handled">30</td>' in row.group()
+    assert '<td class="processing-ms">2.0</td>' in row.group()  # 1, 2 and 3 ms, 10 each
+    assert '<td class="critical-ms">20.0</td>' in row.group()
     assert "<polyline" in row.group()
     assert "peak 10 msg/min" in row.group()  # 30 messages over 3 minutes
     assert "peak 30 ms" in row.group()
+    assert peak(row.group(), "throughput") == 10.0
+    assert peak(row.group(), "processing") == 3.0
+    assert peak(row.group(), "critical") == 30.0
 
 
 async def test_every_response_forbids_inline_scripts_and_framing(console: Console) -> None:
@@ -278,19 +284,32 @@ async def test_the_report_is_served_from_its_directory_and_only_its_plots(
 ) -> None:
     async with report_console.client() as client:
         page = await client.get("/report/")
-        plot = await client.get("/report/plots/flow.png")
-        outside = [await client.get(path) for path in (
+        plot = await client.get("/report/plots/throughput.png")
+        outside = {path: (await client.get(path)).status_code for path in (
             "/report/plots/..%2Fsecret.png", "/report/plots/../secret.png",
-            "/report/plots/missing.png")]
+            "/report/plots/%2e%2e%2fsecret.png", "/report/plots/..%5Csecret.png",
+            "/report/plots/%2e%2e%2f%2e%2e%2foutside.html", "/report/..%2F..%2Foutside.html",
+            "/report/secret.png", "/report/plots/throughput.png%00.html",
+            "/report/plots/leak.png",  # a link in the plots folder to a file outside it
+            "/report/plots/missing.png")}
     assert page.status_code == 200
-    assert "<h1>Report</h1>" in page.text
+    assert page.headers["content-type"].startswith("text/html")
+    assert '<img src="plots/throughput.png" alt="Throughput">' in page.text
     assert plot.status_code == 200
     assert plot.headers["content-type"] == "image/png"
-    assert [r.status_code for r in outside] == [404, 404, 404]
+    assert set(outside.values()) == {404}, outside
     async with console.client() as client:
         none = await client.get("/report/")
     assert none.status_code == 404
     assert "--report DIR" in none.text
+
+
+async def test_the_served_report_escapes_hostile_names(report_console: Console) -> None:
+    async with report_console.client() as client:
+        page = (await client.get("/report/")).text
+    assert HOSTILE_ENDPOINT not in page
+    assert "&lt;script&gt;alert(&#39;report&#39;)&lt;/script&gt;" in page
+    assert "<script" not in page
 
 
 async def test_deployments_come_from_heartbeats_and_an_old_one_is_silent(

@@ -1,6 +1,7 @@
 """An endpoint deployed on Ray under a role with only the grants of
 ``endpoint-runtime db grants`` (docs/security.md): its tables made once by an admin role, it
-receives, handles, sends, defers, retries, audits and fails messages without any DDL, while
+receives, handles, sends, defers, retries, audits and fails messages and writes its heartbeat
+and queue length per minute (the console's) without any DDL, while
 DDL, other schemas, other queues and business tables it was not granted are refused."""
 
 from __future__ import annotations
@@ -113,8 +114,13 @@ async def test_an_endpoint_runs_with_its_grants_alone(
         status = await deployment.status(refresh=True)
         assert not status.halted, status
         assert status.replaced_receivers == 0
+        await wait_for(lambda: _heartbeat_state(transport, endpoint.name), timeout=20,
+                       what="the role's heartbeat")
+        assert await count(transport.pool, "SELECT count(*) FROM endpoint_queue_lengths "
+                           "WHERE endpoint = $1", endpoint.name) >= 1
     finally:
         await deployment.stop()
+    assert await _heartbeat_state(transport, endpoint.name) == "stopped"  # its last beat
 
     connection = await asyncpg.connect(endpoint_role.dsn)
     try:
@@ -127,6 +133,12 @@ async def test_an_endpoint_runs_with_its_grants_alone(
             raise AssertionError(f"the endpoint's role could {what}")
     finally:
         await connection.close()
+
+
+async def _heartbeat_state(transport: PostgresTransport, endpoint: str) -> str | None:
+    state: str | None = await transport.pool.fetchval(
+        "SELECT state FROM endpoint_heartbeats WHERE endpoint = $1", endpoint)
+    return state
 
 
 async def test_without_installers_missing_tables_are_named(

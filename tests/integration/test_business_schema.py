@@ -43,6 +43,10 @@ def test_db_install_creates_the_business_tables_of_schema_sql_and_keeps_them_twi
     assert first.code == 0, first
     assert f"business table: {schema_endpoints.ORDERS}" in first.out.splitlines(), first.out
     assert "queue: public.bs_sales" in first.out.splitlines(), first.out
+    for what, table in (("heartbeats", "endpoint_heartbeats"),  # the peeker's, the console's
+                        ("queue_lengths", "endpoint_queue_lengths")):
+        assert f"{what}: public.{table}" in first.out.splitlines(), first.out
+        assert query(installing, f"SELECT to_regclass('{table}')")
     assert query(installing, f"SELECT to_regclass('{schema_endpoints.ORDERS}_note_idx')")
     query(installing, f"INSERT INTO {schema_endpoints.ORDERS} (order_id) VALUES ('kept')")
 

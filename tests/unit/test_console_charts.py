@@ -18,13 +18,18 @@ def test_a_series_has_one_value_per_minute_and_zeros_where_nothing_was_handled()
     assert len(result.values) == MINUTES
     assert result.values[-3:] == [2.0, 0.0, 4.0]
     assert result.peak == 4.0
+    assert result.samples == 2
     last_y = float(result.points.split()[-1].split(",")[1])
     assert last_y == 1.0  # the peak touches the top
     assert float(result.points.split()[0].split(",")[1]) == HEIGHT - 1  # zero at the bottom
 
 
-def test_an_empty_series_is_flat() -> None:
-    assert series([], NOW, "n").peak == 0.0
+def test_an_empty_series_is_flat_and_has_no_samples() -> None:
+    empty = series([], NOW, "n")
+    assert (empty.peak, empty.samples) == (0.0, 0)
+    zeros = series([{"minute": NOW.replace(second=0), "n": 0}], NOW, "n")
+    assert (zeros.peak, zeros.samples) == (0.0, 1)  # drawn: a queue that stayed empty
+    assert {point.split(",")[1] for point in zeros.points.split()} == {f"{HEIGHT - 1:.1f}"}
 
 
 def test_lanes_appear_in_order_and_a_message_to_itself_stays_in_its_lane() -> None:
