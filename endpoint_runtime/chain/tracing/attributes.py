@@ -17,6 +17,8 @@ OPERATION_TYPE = "messaging.operation.type"
 """``process`` for an attempt at a message, ``send`` for sends, publishes, replies and
 delayed retries."""
 OPERATION_NAME = "messaging.operation.name"
+BATCH_COUNT = "messaging.batch.message_count"
+"""On a batch's receive span: the messages it took."""
 MESSAGE_ID = "messaging.message.id"
 CONVERSATION_ID = "messaging.message.conversation_id"
 CONSUMER_GROUP = "messaging.consumer.group.name"
@@ -28,6 +30,8 @@ RECOVERABILITY_ACTION = "nservicebus.recoverability_action"
 """What recoverability did or will do: ``immediate_retry``, ``delayed_retry``,
 ``error_queue``, ``discard``."""
 EVENT_TYPES = "nservicebus.event_types"
+DELAYED_DISPATCH_FAILURES = "endpoint_runtime.delayed.dispatch_failures"
+"""On the mover's span: the failed dispatches of the message before this one."""
 
 SENT_HEADERS: tuple[tuple[str, str], ...] = (
     (Headers.ENCLOSED_MESSAGE_TYPES, "nservicebus.enclosed_message_types"),
@@ -55,4 +59,5 @@ PROCESSING_TRACEPARENT = "EndpointRuntime.ProcessingTraceParent"
 by the ``tracing`` step: on its audit copy (kept in ``audit_log.headers``), on its error-queue
 copy and on a delayed retry's copy (the attempt the next one links to)."""
 LINK_KIND = "endpoint_runtime.link"
-"""On a link: ``previous_attempt`` or ``sender`` (``StartNewTrace``)."""
+"""On a link: ``previous_attempt``, ``receive`` (the batch's receive span) or ``sender``
+(``StartNewTrace``)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from endpoint_runtime.chain.tracing import attributes as names
@@ -73,6 +73,14 @@ def incoming_parent(headers: Mapping[str, str]) -> tuple[Context, list[Link] | N
 
 
 _W3C = TraceContextTextMapPropagator()
+
+
+def record_failure(span: trace.Span, exc: BaseException) -> None:
+    """``exc`` on ``span``: the exception event, ``error.type``, the status error."""
+    kind = type(exc)
+    span.record_exception(exc)
+    span.set_attribute(names.ERROR_TYPE, f"{kind.__module__}.{kind.__qualname__}")
+    span.set_status(Status(StatusCode.ERROR, f"{kind.__name__}: {exc}"[:1000]))
 
 
 def drops_unsampled_parents(tracer: trace.Tracer) -> bool:
