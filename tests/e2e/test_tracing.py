@@ -1,6 +1,7 @@
 """Traces across endpoints on real Ray: every receiver process exports its spans over
 OTLP/HTTP to a receiver this test starts, and one trace per order comes out of it, with the
-parent/child structure of sends, publishes, retries, a delayed retry and the error queue."""
+parent/child structure of sends, publishes, retries, a delayed retry, the delayed-message
+mover's deliveries and the error queue; batches with their receive spans and replays."""
 
 from __future__ import annotations
 
@@ -126,13 +127,24 @@ async def test_one_trace_per_order_through_sales_billing_and_shipping(
         assert shipped_send.name == "send public.trace_shipping"
         assert shipped_send.attributes["messaging.destination.name"] == "public.trace_shipping"
         assert "nservicebus.deliver_at" in shipped_send.attributes  # the deferred send
-        shipping = children(ours, shipped_send)
+        shipping = [s for s in children(ours, shipped_send) if s.kind == "SPAN_KIND_CONSUMER"]
         assert {s.service for s in shipping} == {"trace_shipping"}
+        # billing's mover delivered the deferred send when it was due: a span beside them.
+        delivered = [s for s in children(ours, shipped_send) if s.kind == "SPAN_KIND_PRODUCER"]
+        from_billing = one(delivered, service="trace_billing")
+        assert from_billing.name == "deliver public.trace_shipping"
+        assert from_billing.attributes["messaging.operation.name"] == "deliver"
+        assert from_billing.attributes["messaging.message.id"] == (
+            shipped_send.attributes["messaging.message.id"])
+        assert from_billing.resource["service.instance.id"] == "trace_billing-peeker"
+        assert not from_billing.error
+        assert from_billing.links == []
         for span in (*billed, *shipping):  # one conversation from the web request on
             assert span.attributes["messaging.message.conversation_id"] == sent[order]
         if not order.startswith("doomed"):
             [shipped] = shipping
             assert not shipped.error
+            assert len(delivered) == 1
             continue
         # Two failed attempts, the delivery that stores the delayed retry, two more failed
         # attempts, the delivery that moves it to the error queue.
@@ -151,6 +163,11 @@ async def test_one_trace_per_order_through_sales_billing_and_shipping(
         for span in shipping:  # ... and link to the delivery that stored it
             expected = [(storing.trace_id, storing.span_id)] if span in retried else []
             assert span.links == expected, span
+        # shipping's mover delivered the delayed retry: linked to the attempt that stored it.
+        retry_delivered = one(delivered, service="trace_shipping")
+        assert retry_delivered.name == "deliver public.trace_shipping"
+        assert retry_delivered.links == [(storing.trace_id, storing.span_id)]
+        assert len(delivered) == 2
         [error_copy] = await drain_queue(transport, "error")
         assert isinstance(error_copy, TransportMessage)
         assert error_copy.headers[PROCESSING_TRACEPARENT].split("-")[2] == moving.span_id
