@@ -151,11 +151,11 @@ class TracingStep:
         message = context.message
         attributes = (header_attributes(message.headers, names.PROCESSED_HEADERS)
                       if isinstance(message, TransportMessage)
-                      else {names.MESSAGING_SYSTEM: names.SYSTEM})
+                      else {names.MESSAGING_SYSTEM: names.SYSTEM,
+                            names.NATIVE_MESSAGE_ID: str(message.native_id)})
         attributes[names.OPERATION_TYPE] = attributes[names.OPERATION_NAME] = "process"
         attributes[names.DESTINATION] = self.queue
         attributes[names.CONSUMER_GROUP] = self.endpoint
-        attributes[names.NATIVE_MESSAGE_ID] = str(message.native_id)
         return attributes
 
     def _verdict(self, span: Any, context: IncomingContext) -> None:
