@@ -212,9 +212,12 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> bytes:
 class SpanExporter(OTLPSpanExporter):
     """The SDK's OTLP/HTTP (protobuf) span exporter, encoding with :class:`SpanEncoder`.
 
-    Only the encoding is replaced; the posting is the SDK's. Should a later SDK no longer
-    expose what this relies on (its HTTP client as ``_client``), the SDK's own ``export``
-    runs instead.
+    Only the encoding is replaced; the posting (compression, retries, timeouts) is the
+    SDK's client. Left out of the SDK's ``export``: its refusal of a request above
+    ``max_request_size`` (a batch of the runtime's spans stays far below the default) and
+    its internal export metrics (``OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED``). Should a
+    later SDK no longer expose what this relies on (its HTTP client as ``_client``), the
+    SDK's own ``export`` runs instead.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
