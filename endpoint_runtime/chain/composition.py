@@ -75,11 +75,14 @@ def build_pipeline(
     audit_address = (QueueAddress.parse(settings.audit_queue, schema)
                      if settings.audit_queue else None)
     built_in: list[Step] = [LogContextStep(endpoint, failures)]
+    batches = None
     if settings.tracing:  # imported only when on: off, OpenTelemetry stays out of the process
         from endpoint_runtime.chain.tracing.step import TracingStep
 
-        built_in.append(TracingStep(endpoint=endpoint, local_address=address,
-                                    error_address=error_address))
+        tracing = TracingStep(endpoint=endpoint, local_address=address,
+                              error_address=error_address)
+        built_in.append(tracing)
+        batches = tracing.batch  # a receive span per batch, linked from its messages'
     built_in.append(
         RecoverabilityStep(
             endpoint=endpoint, local_address=address, error_address=error_address,
@@ -105,4 +108,5 @@ def build_pipeline(
                          if settings.transport.allowed_schemas is not None else None),
         metrics=metrics)))
     return Pipeline(endpoint=endpoint, local_address=address, steps=steps, stats=stats,
-                    failures=failures, audit_address=audit_address, delayed_store=store)
+                    failures=failures, audit_address=audit_address, delayed_store=store,
+                    batches=batches)

@@ -299,6 +299,35 @@ def _link(step: Step, following: Next) -> Next:
     return lambda context: step(context, following)
 
 
+class ReceivedBatch:
+    """What a batched strategy tells the chain about one batch (no-op here: the ``tracing``
+    step's kind, :class:`endpoint_runtime.chain.tracing.step.TracedBatch`, makes the batch's
+    receive span that each message's span links to).
+
+    Example (a strategy)::
+
+        with pipeline.batch() as received:
+            messages = await receiving.receive_batch(...)
+            received.taken(len(messages))  # the receive ends here
+            for message in messages:
+                await pipeline.run(message, unit)  # inside the ``with``: linked to it
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> ReceivedBatch:
+        return self
+
+    def taken(self, count: int) -> None:
+        """The receive took ``count`` messages."""
+
+    def __exit__(self, *exc_info: object) -> None:
+        return None
+
+
+_UNOBSERVED = ReceivedBatch()
+
+
 class Pipeline:
     """The chain of one endpoint: its steps in order, entered by :meth:`run`.
 
@@ -313,8 +342,10 @@ class Pipeline:
         stats: ProcessingStats, failures: FailedMessages,
         audit_address: QueueAddress | None = None,
         delayed_store: DelayedMessageStore | None = None,
+        batches: Callable[[], ReceivedBatch] | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self._batches = batches
         self.local_address = local_address
         self.audit_address = audit_address
         self.delayed_store = delayed_store
@@ -323,6 +354,10 @@ class Pipeline:
         self.steps = dict(steps)
         """The steps by name, in chain order."""
         self._entry = compose(list(self.steps.values()))
+
+    def batch(self) -> ReceivedBatch:
+        """The scope of one received batch (see :class:`ReceivedBatch`)."""
+        return _UNOBSERVED if self._batches is None else self._batches()
 
     def step(self, name: str) -> Any:
         """The step called ``name`` (for tests and status)."""

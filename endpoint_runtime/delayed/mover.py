@@ -9,7 +9,8 @@ name) is rolled back to its savepoint, counted and postponed, and the round goes
 destination (if that move fails too, it stays in the store and is tried again later). Between
 rounds the mover sleeps until the next due time by the database's clock, or a back-off (500 ms
 doubling to 60 s) when nothing waits, and wakes early on the store's NOTIFY (any process
-storing a message).
+storing a message). An ``on_dispatched`` observer hears of every dispatch attempt (a traced
+endpoint's spans, ``endpoint_runtime.chain.tracing.delivery``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 
 import asyncpg
 import structlog
@@ -31,6 +33,12 @@ from endpoint_runtime.transport.connection import DatabaseConnection
 from endpoint_runtime.transport.listening import Listener
 
 log = structlog.get_logger("endpoint_runtime.delayed")
+
+
+DispatchObserver = Callable[[DelayedMessage, int, "Exception | None", str], None]
+"""Called after each dispatch attempt with the message, when the attempt started (ns since
+the epoch), its failure (or ``None``) and what became of the message: ``dispatched``,
+``error_queue`` (failed too often) or ``postponed`` (stays in the store)."""
 
 
 class RateLimiter:
@@ -60,11 +68,14 @@ class DelayedMessageMover:
         settings: DelayedDeliverySettings,
         on_critical_error: CriticalErrorHandler,
         listener: Listener | None = None,
+        on_dispatched: DispatchObserver | None = None,
     ) -> None:
         """``listener``: a LISTEN connection to share (each listening backend is signalled on
         every NOTIFY in the database, so one per deployment is cheaper than one per task);
-        without it the mover opens its own from ``dsn``."""
+        without it the mover opens its own from ``dsn``. ``on_dispatched``: see
+        :data:`DispatchObserver`."""
         self.store = store
+        self._on_dispatched = on_dispatched
         self._shared_listener = listener
         self._pool = pool
         self._dsn = dsn
@@ -167,6 +178,18 @@ class DelayedMessageMover:
 
     async def _dispatch(self, connection: DatabaseConnection, message: DelayedMessage) -> bool:
         """Dispatch one message, or count its failure; ``False``: it stays in the store."""
+        started = time.time_ns() if self._on_dispatched is not None else 0
+        error = await self._send(connection, message)
+        if error is None:
+            self._observe(message, started, None, "dispatched")
+            return True
+        moved = await self._dispatch_failed(connection, message, error)
+        self._observe(message, started, error, "error_queue" if moved else "postponed")
+        return moved
+
+    async def _send(self, connection: DatabaseConnection,
+                    message: DelayedMessage) -> Exception | None:
+        """Into its destination and out of the store, in a savepoint; the failure, if any."""
         try:
             async with connection.transaction():  # savepoint: a failure undoes only this one
                 destination = QueueAddress.parse(message.destination, self._schema)
@@ -174,14 +197,18 @@ class DelayedMessageMover:
                     connection, destination, message.id, message.headers, message.body
                 )
                 await self.store.remove(connection, message)
-            self.dispatch_breaker.success()
-            self.dispatched += 1
-            return True
         except Exception as exc:
             log.warning("delayed_dispatch_failed", destination=message.destination,
                         message_id=str(message.id), failures=message.failures + 1,
                         error=f"{type(exc).__name__}: {exc}")
-            error: Exception = exc
+            return exc
+        self.dispatch_breaker.success()
+        self.dispatched += 1
+        return None
+
+    async def _dispatch_failed(self, connection: DatabaseConnection, message: DelayedMessage,
+                               error: Exception) -> bool:
+        """Count the failure; to the error queue after too many (``True``: it went)."""
         await self._recovery.wait()
         if message.failures + 1 > self.settings.number_of_retries:
             try:
@@ -197,6 +224,15 @@ class DelayedMessageMover:
         await self.store.increment_failure_count(connection, message)
         self.dispatch_breaker.record_failure(error)
         return False
+
+    def _observe(self, message: DelayedMessage, started: int, error: Exception | None,
+                 outcome: str) -> None:
+        if self._on_dispatched is None:
+            return
+        try:
+            self._on_dispatched(message, started, error, outcome)
+        except Exception:  # an observer never stops the mover
+            log.exception("delayed_dispatch_observer_failed")
 
     async def _move_to_error_queue(
         self, connection: DatabaseConnection, message: DelayedMessage, exc: Exception

@@ -84,13 +84,15 @@ class BatchedAtomicStrategy:
                                 counts: SlotCounts) -> Round:
         await begin_unless_carried(connection)  # the last batch's COMMIT began it
         try:
-            batch = await receiving.receive_batch(connection, self._pipeline.local_address,
-                                                  self.batch_size)
-            if not batch:
-                await connection.execute("COMMIT")  # expired rows deleted on the way
-                return EMPTY
-            return await OptimisticBatch(self._pipeline, self._pool, connection,
-                                         counts).process(batch)
+            with self._pipeline.batch() as received:  # replays stay inside: linked to it
+                batch = await receiving.receive_batch(
+                    connection, self._pipeline.local_address, self.batch_size)
+                received.taken(len(batch))
+                if not batch:
+                    await connection.execute("COMMIT")  # expired rows deleted on the way
+                    return EMPTY
+                return await OptimisticBatch(self._pipeline, self._pool, connection,
+                                             counts).process(batch)
         except BaseException:
             await rollback_quietly(connection)
             raise
@@ -99,12 +101,14 @@ class BatchedAtomicStrategy:
         """Each message of the batch through the chain behind its savepoint
         (``transactions.savepoint_batch``); ``committed`` gets the units of those whose work
         stays in the batch (handled or moved by recoverability)."""
-        batch = await receiving.receive_batch(connection, self._pipeline.local_address,
-                                              self.batch_size)
-        if not batch:
-            return EMPTY
-        return await SavepointBatch(self._pipeline, self._pool, connection,
-                                    committed).process(batch)
+        with self._pipeline.batch() as received:
+            batch = await receiving.receive_batch(connection, self._pipeline.local_address,
+                                                  self.batch_size)
+            received.taken(len(batch))
+            if not batch:
+                return EMPTY
+            return await SavepointBatch(self._pipeline, self._pool, connection,
+                                        committed).process(batch)
 
 
 class BatchedSlot(ReceiveSlot):

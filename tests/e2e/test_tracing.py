@@ -1,6 +1,7 @@
 """Traces across endpoints on real Ray: every receiver process exports its spans over
 OTLP/HTTP to a receiver this test starts, and one trace per order comes out of it, with the
-parent/child structure of sends, publishes, retries, a delayed retry and the error queue."""
+parent/child structure of sends, publishes, retries, a delayed retry, the delayed-message
+mover's deliveries and the error queue; batches with their receive spans and replays."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from endpoint_runtime.wire.serialization import message_type_name
 from tests.e2e.conftest import Deployer, count, create_queues, drain_queue, wait_for
 from tests.support.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.tracing_endpoints import (
+    BatchedTracedOrder,
     PlaceTracedOrder,
     ShipTracedOrder,
     TracedOrderPlaced,
@@ -125,13 +127,24 @@ async def test_one_trace_per_order_through_sales_billing_and_shipping(
         assert shipped_send.name == "send public.trace_shipping"
         assert shipped_send.attributes["messaging.destination.name"] == "public.trace_shipping"
         assert "nservicebus.deliver_at" in shipped_send.attributes  # the deferred send
-        shipping = children(ours, shipped_send)
+        shipping = [s for s in children(ours, shipped_send) if s.kind == "SPAN_KIND_CONSUMER"]
         assert {s.service for s in shipping} == {"trace_shipping"}
+        # billing's mover delivered the deferred send when it was due: a span beside them.
+        delivered = [s for s in children(ours, shipped_send) if s.kind == "SPAN_KIND_PRODUCER"]
+        from_billing = one(delivered, service="trace_billing")
+        assert from_billing.name == "deliver public.trace_shipping"
+        assert from_billing.attributes["messaging.operation.name"] == "deliver"
+        assert from_billing.attributes["messaging.message.id"] == (
+            shipped_send.attributes["messaging.message.id"])
+        assert from_billing.resource["service.instance.id"] == "trace_billing-peeker"
+        assert not from_billing.error
+        assert from_billing.links == []
         for span in (*billed, *shipping):  # one conversation from the web request on
             assert span.attributes["messaging.message.conversation_id"] == sent[order]
         if not order.startswith("doomed"):
             [shipped] = shipping
             assert not shipped.error
+            assert len(delivered) == 1
             continue
         # Two failed attempts, the delivery that stores the delayed retry, two more failed
         # attempts, the delivery that moves it to the error queue.
@@ -150,6 +163,11 @@ async def test_one_trace_per_order_through_sales_billing_and_shipping(
         for span in shipping:  # ... and link to the delivery that stored it
             expected = [(storing.trace_id, storing.span_id)] if span in retried else []
             assert span.links == expected, span
+        # shipping's mover delivered the delayed retry: linked to the attempt that stored it.
+        retry_delivered = one(delivered, service="trace_shipping")
+        assert retry_delivered.name == "deliver public.trace_shipping"
+        assert retry_delivered.links == [(storing.trace_id, storing.span_id)]
+        assert len(delivered) == 2
         [error_copy] = await drain_queue(transport, "error")
         assert isinstance(error_copy, TransportMessage)
         assert error_copy.headers[PROCESSING_TRACEPARENT].split("-")[2] == moving.span_id
@@ -210,3 +228,76 @@ async def test_a_message_in_nservicebus_wire_format_continues_its_traceparent(
     assert span.attributes["nservicebus.originating_endpoint"] == "Sales"
     assert span.attributes["messaging.message.id"] == message_id
     assert not span.error
+
+
+async def test_a_batch_has_one_receive_span_and_a_replay_links_to_the_run_before(
+    deployer: Deployer, transport: PostgresTransport, database_dsn: str,
+    exporting: OtlpReceiver,
+) -> None:
+    """Batches of up to 5 in one slot (optimistic isolation), all ten messages waiting before
+    the endpoint starts. fail-once-2's first attempt runs a statement and fails: its batch
+    rolls back to the checkpoint and runs the messages before it again (at least b-1: the
+    batch that takes fail-once-2 takes the lowest seqs not taken, and the peeker locks at
+    most the lowest for a moment); fail-once-2 goes back with its seq and comes in a later
+    batch."""
+    await create_queues(transport, "audit", "trace_batched")
+    orders = [f"b-{n}" if n != 2 else "fail-once-2" for n in range(10)]
+    web = TracerProvider().get_tracer("web")
+    sent, roots = {}, {}
+    async with Sender("web", TransportSettings(dsn=database_dsn), tracing=True) as sender:
+        for order in orders:  # in seq order, all waiting before the endpoint starts
+            with web.start_as_current_span(f"POST /orders/{order}") as root:
+                message_id = await sender.send(BatchedTracedOrder(order_id=order),
+                                               "trace_batched")
+            sent[message_id] = order
+            roots[order] = (format_trace_id(root.get_span_context().trace_id),
+                            format_span_id(root.get_span_context().span_id))
+    deployment = await deployer.start("batched", module=MODULE)
+
+    async def audited() -> bool:
+        return await count(transport.pool, "SELECT count(*) FROM audit") == len(orders)
+
+    await wait_for(audited, timeout=90, what="10 audit copies")
+    await deployer.stop(deployment)
+    spans = [s for s in exporting.received.snapshot() if s.service == "trace_batched"]
+
+    receives = {s.span_id: s for s in spans if s.name == "receive public.trace_batched"}
+    for receive in receives.values():
+        assert receive.kind == "SPAN_KIND_CLIENT"
+        assert receive.parent_id == ""  # a root of its own
+        assert receive.attributes["messaging.operation.type"] == "receive"
+        assert receive.attributes["messaging.destination.name"] == "public.trace_batched"
+        assert 1 <= receive.attributes["messaging.batch.message_count"] <= 5
+    # Ten messages, fail-once-2 received twice.
+    assert sum(r.attributes["messaging.batch.message_count"] for r in receives.values()) == 11
+    attempts: dict[str, list[tuple[ReceivedSpan, str]]] = {order: [] for order in orders}
+    in_batch: dict[str, set[str]] = {span_id: set() for span_id in receives}
+    for span in (s for s in spans if s.kind == "SPAN_KIND_CONSUMER"):
+        order = sent[span.attributes["messaging.message.id"]]
+        # Each message continues its own trace, linked to the receive of its batch.
+        assert (span.trace_id, span.parent_id) == roots[order]
+        [batch] = [span_id for _, span_id in span.links if span_id in receives]
+        attempts[order].append((span, batch))
+        in_batch[batch].add(order)
+    for span_id, members in in_batch.items():  # every message of a batch links to its span
+        assert len(members) == receives[span_id].attributes["messaging.batch.message_count"]
+
+    [(failure, failed_in)] = [(s, b) for s, b in attempts["fail-once-2"] if s.error]
+    assert failure.attributes["error.type"] == "builtins.RuntimeError"
+    [(retried, retried_in)] = [(s, b) for s, b in attempts["fail-once-2"] if not s.error]
+    assert retried_in != failed_in  # its immediate retry: a later batch, no link to the first
+    assert len(retried.links) == 1
+    replayed = {order for order in in_batch[failed_in] if orders.index(order) < 2}
+    assert "b-1" in replayed
+    for order in orders:
+        found = attempts[order]
+        if order not in replayed:
+            assert len(found) == (2 if order == "fail-once-2" else 1), order
+            continue
+        # Run again in its batch: a new span, linked to the first run and to the receive.
+        (first, batch), (again, batch_again) = sorted(found, key=lambda a: len(a[0].links))
+        assert batch == batch_again == failed_in
+        assert set(again.links) == {(first.trace_id, first.span_id),
+                                    (receives[batch].trace_id, batch)}
+        assert not first.error
+        assert not again.error

@@ -18,7 +18,7 @@ from endpoint_runtime.chain.recoverability.policy import ErrorHeaders
 from endpoint_runtime.connections.circuit_breakers import BreakerState
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.delayed import DelayedMessage, PostgresDelayedMessageStore
-from endpoint_runtime.delayed.mover import DelayedMessageMover
+from endpoint_runtime.delayed.mover import DelayedMessageMover, DispatchObserver
 from endpoint_runtime.delayed.store import DelayedMessageStore
 from endpoint_runtime.settings import DelayedDeliverySettings
 from endpoint_runtime.transport import QueueAddress
@@ -49,7 +49,8 @@ async def store(transport: PostgresTransport) -> PostgresDelayedMessageStore:
 @contextlib.asynccontextmanager
 async def running_mover(
     transport: PostgresTransport, store: DelayedMessageStore, error_queue: str = "error",
-    critical: list[str] | None = None, **settings: object,
+    critical: list[str] | None = None, on_dispatched: DispatchObserver | None = None,
+    **settings: object,
 ) -> AsyncIterator[DelayedMessageMover]:
     """A mover running on ``store``; its critical errors go to ``critical``; without that
     list the mover must raise none."""
@@ -60,6 +61,7 @@ async def running_mover(
         schema="public", error_address=QueueAddress(error_queue),
         settings=DelayedDeliverySettings(**settings),  # type: ignore[arg-type]
         on_critical_error=lambda message, exc: critical.append(message),
+        on_dispatched=on_dispatched,
     )
     task = asyncio.create_task(mover.run())
     try:
@@ -402,3 +404,31 @@ async def test_the_dispatch_breaker_raises_the_critical_error_and_disarms_on_a_d
         await wait_for_depth(transport, "created_later", 1, limit_s=20)
         assert mover.dispatch_breaker.state is BreakerState.DISARMED
     assert len(critical) == 1
+
+
+async def test_the_dispatch_observer_hears_each_attempt_and_cannot_stop_the_mover(
+    transport: PostgresTransport, store: PostgresDelayedMessageStore
+) -> None:
+    """What a traced endpoint's spans are made of: each attempt's message, start, failure
+    and outcome; an observer that raises is logged and the mover goes on."""
+    heard: list[tuple[str, str, str | None, int]] = []
+
+    def observe(message: DelayedMessage, started: int, error: Exception | None,
+                outcome: str) -> None:
+        heard.append((message.destination, outcome, type(error).__name__ if error else None,
+                      started))
+        raise RuntimeError("an observer's bug")
+
+    before = time.time_ns()
+    async with transport.pool.acquire() as connection:
+        await store.store(connection, delayed(datetime.now(UTC), destination="nowhere"))
+        await store.store(connection, delayed(datetime.now(UTC)))
+    async with running_mover(transport, store, number_of_retries=1, on_dispatched=observe,
+                             maximum_recovery_failures_per_second=50):
+        await wait_for_depth(transport, "target", 1)
+        await wait_for_depth(transport, "error", 1)
+    assert sorted(entry[:3] for entry in heard) == [
+        ("nowhere", "error_queue", "QueueNotFoundError"),
+        ("nowhere", "postponed", "QueueNotFoundError"),
+        ("target", "dispatched", None)]
+    assert all(before <= started <= time.time_ns() for *_, started in heard)

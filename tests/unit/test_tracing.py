@@ -313,3 +313,53 @@ def test_an_exporter_this_runtime_cannot_make_is_named_where_it_deploys(
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigurationError, match=re.escape(named)):
         tracing.check()
+
+
+@pytest.mark.parametrize("state", [None, "vendor=a1,other=b2"])
+@pytest.mark.parametrize("flags", [0, 1])
+def test_the_direct_w3c_writer_writes_what_the_propagators_write(
+    state: str | None, flags: int,
+) -> None:
+    from opentelemetry import baggage, propagate, trace
+    from opentelemetry.context import attach, detach
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    from endpoint_runtime.chain.tracing.spans import inject
+
+    span = NonRecordingSpan(SpanContext(
+        int(TRACE_ID, 16), int(PARENT_ID, 16), is_remote=False, trace_flags=TraceFlags(flags),
+        trace_state=TraceState.from_header([state]) if state else None))
+    ours: dict[str, str] = {}
+    inject(ours, span)
+    theirs: dict[str, str] = {}
+    propagate.inject(theirs, context=trace.set_span_in_context(span))
+    assert ours == theirs
+    assert ours["traceparent"] == f"00-{TRACE_ID}-{PARENT_ID}-0{flags}"
+    # Baggage current, or other propagators: the propagators write it all.
+    token = attach(baggage.set_baggage("tenant", "acme"))
+    try:
+        with_baggage: dict[str, str] = {}
+        inject(with_baggage, span)
+    finally:
+        detach(token)
+    assert with_baggage == {**theirs, "baggage": "tenant=acme"}
+    default = propagate.get_global_textmap()
+    propagate.set_global_textmap(TraceContextOnly())
+    try:
+        only: dict[str, str] = {}
+        inject(only, span)
+    finally:
+        propagate.set_global_textmap(default)
+    assert only == {"traceparent": "written by the other propagator"}
+
+
+class TraceContextOnly:
+    """A propagator of other fields: what it writes must be what the headers get."""
+
+    fields = frozenset({"traceparent"})
+
+    def inject(self, carrier: dict[str, str], context: Any = None, setter: Any = None) -> None:
+        carrier["traceparent"] = "written by the other propagator"
+
+    def extract(self, carrier: Any, context: Any = None, getter: Any = None) -> Any:
+        return context

@@ -7,17 +7,20 @@ Switched on per endpoint with ``tracing=True`` (``EndpointSettings.tracing``,
 - :mod:`.step`: the chain's ``tracing`` step, a span per attempt at a message (``process
   <queue>``, a child of the ``traceparent`` the message carries), with recoverability's
   verdict, the failure's exception, and short spans for a delayed retry or a move to the
-  error queue; trace and span ids in the log context and on the audit copy.
+  error queue; trace and span ids in the log context and on the audit copy; a batch's
+  receive span, linked from its messages' spans.
 - :mod:`.spans`: the outgoing hook that makes a span per send, publish and reply and writes
   its W3C ``traceparent``/``tracestate`` into the message's headers (handlers and
   :class:`~endpoint_runtime.runtime.sender.Sender` alike).
+- :mod:`.delivery`: the delayed-message mover's span per dispatch of a due message.
 - :mod:`.attributes`: attribute names, OpenTelemetry's messaging conventions and
   NServiceBus's.
 - :mod:`.setup`: the SDK in an actor's process, from the ``OTEL_*`` variables (service name =
-  endpoint name), flushed when the actor stops.
-- :mod:`.metrics`: the processing metrics as OpenTelemetry instruments, beside Ray's.
-- :mod:`.processes`: what a receiver and a peeker set up as they start (the peeker exports
-  the queue length).
+  endpoint name), flushed when the actor stops; :mod:`.otlp`: the OTLP/HTTP span exporter's
+  encoding.
+- ``endpoint_runtime.runtime.actors.otel_metrics``: the processing metrics as OpenTelemetry
+  instruments, beside Ray's; ``endpoint_runtime.runtime.actors.telemetry``: what a receiver
+  and a peeker set up as they start (the peeker exports the queue length).
 
 See docs/observability.md.
 """

@@ -22,20 +22,31 @@ into the received message's headers as ``EndpointRuntime.ProcessingTraceParent``
 made of the message carries it, the audit copy (the span that processed it), the error-queue
 copy and a delayed retry's copy (the last attempt). A message that arrives with that header (a
 delayed retry, a message retried from the error queue, a replay of the same delivery) gets a
-span **linked** to that attempt.
+span **linked** to that attempt; so does a message an optimistic batch runs again after
+rolling back to its checkpoint (``transactions.optimistic_batch``: the header the first run
+wrote is still on the message).
+
+A batched strategy enters :meth:`TracingStep.batch` around each batch: one receive span
+(``receive <queue>``, kind client, ``messaging.operation.type`` ``receive``,
+``messaging.batch.message_count``), a root of its own that covers the DELETE, and every
+message's span of that batch **linked** to it (when it was sampled: a link to a span that no
+backend receives would name nothing). An empty receive makes no span.
 """
 
 from __future__ import annotations
 
+import time
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.context import Context
+from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.span import format_span_id, format_trace_id
 
-from endpoint_runtime.chain.pipeline import IncomingContext, Next, Outcome
+from endpoint_runtime.chain.pipeline import IncomingContext, Next, Outcome, ReceivedBatch
 from endpoint_runtime.chain.recoverability.policy import Action
 from endpoint_runtime.chain.tracing import attributes as names
 from endpoint_runtime.chain.tracing.spans import (
@@ -43,12 +54,16 @@ from endpoint_runtime.chain.tracing.spans import (
     drops_unsampled_parents,
     header_attributes,
     incoming_parent,
+    record_failure,
     tracer,
 )
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.wire.messages import TransportMessage
 
 _bind = structlog.contextvars.bind_contextvars
+_BATCH: ContextVar[Link | None] = ContextVar("endpoint_runtime_received_batch", default=None)
+"""The link to the receive span of the batch the current slot is running (a context variable:
+the slots of a receiver are tasks of one event loop)."""
 
 
 class TracingStep:
@@ -64,6 +79,7 @@ class TracingStep:
         self.queue = str(local_address)
         self.error_queue = str(error_address)
         self._name = f"process {self.queue}"
+        self._receive_name = f"receive {self.queue}"
         self.use(tracer_ or tracer())
 
     def use(self, tracer_: trace.Tracer) -> None:
@@ -87,6 +103,9 @@ class TracingStep:
             # the SDK and carry the sender's context on, unsampled, as the current span.
             span: trace.Span = trace.NonRecordingSpan(sender)
         else:
+            received = _BATCH.get()
+            if received is not None:
+                links = [*links, received] if links else [received]
             span = self.tracer.start_span(self._name, context=parent, kind=SpanKind.CONSUMER,
                                           links=links)
         if span.is_recording():  # attributes only for a sampled span: they cost the most
@@ -102,7 +121,7 @@ class TracingStep:
         try:
             await next(context)
         except BaseException as exc:  # not counted by recoverability: the transport's, a stop
-            _failed(span, exc)
+            record_failure(span, exc)
             raise
         finally:
             otel_context.detach(token)
@@ -110,21 +129,39 @@ class TracingStep:
                 self._verdict(span, context)
             span.end()
 
+    def batch(self) -> TracedBatch:
+        """The scope of one received batch (the chain's
+        :meth:`~endpoint_runtime.chain.pipeline.Pipeline.batch`)."""
+        return TracedBatch(self)
+
+    def receive_span(self, started: int, count: int) -> trace.Span:
+        """The ended receive span of a batch of ``count`` messages taken since ``started``
+        (ns): a root, sampled on its own."""
+        span = self.tracer.start_span(self._receive_name, context=Context(),
+                                      kind=SpanKind.CLIENT, start_time=started)
+        if span.is_recording():
+            span.set_attributes({
+                names.MESSAGING_SYSTEM: names.SYSTEM, names.OPERATION_TYPE: "receive",
+                names.OPERATION_NAME: "receive", names.DESTINATION: self.queue,
+                names.CONSUMER_GROUP: self.endpoint, names.BATCH_COUNT: count})
+        span.end()
+        return span
+
     def _attributes(self, context: IncomingContext) -> dict[str, Any]:
         message = context.message
         attributes = (header_attributes(message.headers, names.PROCESSED_HEADERS)
                       if isinstance(message, TransportMessage)
-                      else {names.MESSAGING_SYSTEM: names.SYSTEM})
+                      else {names.MESSAGING_SYSTEM: names.SYSTEM,
+                            names.NATIVE_MESSAGE_ID: str(message.native_id)})
         attributes[names.OPERATION_TYPE] = attributes[names.OPERATION_NAME] = "process"
         attributes[names.DESTINATION] = self.queue
         attributes[names.CONSUMER_GROUP] = self.endpoint
-        attributes[names.NATIVE_MESSAGE_ID] = str(message.native_id)
         return attributes
 
     def _verdict(self, span: Any, context: IncomingContext) -> None:
         action = context.recoverability_action
         if context.failure is not None:
-            _failed(span, context.failure)
+            record_failure(span, context.failure)
         if action is None:
             return
         span.set_attribute(names.RECOVERABILITY_ACTION, str(action))
@@ -145,8 +182,29 @@ class TracingStep:
                                kind=SpanKind.PRODUCER, attributes=attributes).end()
 
 
-def _failed(span: Any, exc: BaseException) -> None:
-    kind = type(exc)
-    span.record_exception(exc)
-    span.set_attribute(names.ERROR_TYPE, f"{kind.__module__}.{kind.__qualname__}")
-    span.set_status(Status(StatusCode.ERROR, f"{kind.__name__}: {exc}"[:1000]))
+class TracedBatch(ReceivedBatch):
+    """One batch's scope (:meth:`TracingStep.batch`): from ``__enter__`` to :meth:`taken`
+    the receive; the messages run inside the ``with`` link to its span."""
+
+    __slots__ = ("_started", "_step", "_token")
+
+    def __init__(self, step: TracingStep) -> None:
+        self._step = step
+        self._started = 0
+        self._token: Any = None
+
+    def __enter__(self) -> TracedBatch:
+        self._started = time.time_ns()
+        return self
+
+    def taken(self, count: int) -> None:
+        if count == 0:  # an empty receive: no span (an idle queue would fill the traces)
+            return
+        ids = self._step.receive_span(self._started, count).get_span_context()
+        if ids.trace_flags.sampled:
+            self._token = _BATCH.set(Link(ids, {names.LINK_KIND: "receive"}))
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _BATCH.reset(self._token)
+            self._token = None

@@ -56,6 +56,11 @@ class BackgroundWork:
         store = endpoint.delayed_store
         if store is None or not settings.delayed_delivery.enabled:
             return
+        on_dispatched = None
+        if settings.tracing:  # imported only when on: a span per dispatch of a due message
+            from endpoint_runtime.chain.tracing.delivery import DeliverySpans
+
+            on_dispatched = DeliverySpans(config.endpoint_name)
         self.mover = DelayedMessageMover(
             store=store,
             pool=pool,
@@ -66,6 +71,7 @@ class BackgroundWork:
             settings=settings.delayed_delivery,
             on_critical_error=on_critical_error,
             listener=listener,
+            on_dispatched=on_dispatched,
         )
         for breaker in self.breakers:
             breaker.on_disarmed = on_disarmed
