@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from endpoint_runtime.analytics import extract, outputs, session
+from endpoint_runtime.analytics.compaction import compacted
 from endpoint_runtime.analytics.conversations import (
     conversations,
     conversations_of_days,
@@ -58,6 +59,7 @@ STAGES = 8
 TABLES = ("minutes", "hours", "exceptions", "flow_edges", "conversations")
 ROWS_PER_SHUFFLE_PARTITION = 500_000
 MAX_SHUFFLE_PARTITIONS = 400
+SCHEMAS = {"audit": AUDIT_LOG.schema, "errors": ERROR_LOG.schema}
 
 
 @dataclass
@@ -132,7 +134,10 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
             dropped: list[str] = []
             if options.keep_days is not None:
                 manifest, dropped = extract.expired(manifest, _cutoff(options.keep_days))
+            manifest, merged = compacted(spark, out / "extract", manifest, SCHEMAS,
+                                         options.compact_at, _run_id())
             extract.save(out / "extract", manifest)
+            dropped.extend(merged)
             _expire(out, dropped, options.keep_days)
             result.horizon = manifest.horizon
             from endpoint_runtime.analytics.registration import register_horizon
@@ -202,7 +207,7 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
     manifest = extract.load(root)
     first = not any(manifest.files.values())
     extract.remove_unlisted(root, manifest)
-    run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    run_id = _run_id()
     with progress.stage("read", "new rows of audit_log and error_log to the extract"):
         present, with_xid, horizon = reader.survey(AUDIT_LOG, ERROR_LOG)
         for table in (AUDIT_LOG, ERROR_LOG):
@@ -247,6 +252,10 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
         return manifest, inputs, None, None  # the first rows: everything is new
     conversation_days = touched_days(old_audit, new_audit, new_errors) if days else set()
     return manifest, inputs, days, conversation_days
+
+
+def _run_id() -> str:
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
 
 
 def _size_shuffles(spark: SparkSession, options: ReportOptions, result: ReportResult) -> None:
