@@ -46,7 +46,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from endpoint_runtime.analytics import extract, outputs, session
 from endpoint_runtime.analytics.jdbc import jdbc_target
-from endpoint_runtime.analytics.job import exclusive, publish_minutes, run
+from endpoint_runtime.analytics.job import exclusive, publish_minutes, run, without_adaptive
 from endpoint_runtime.analytics.measures import day
 from endpoint_runtime.analytics.minutes import merged_minutes, minute_stats
 from endpoint_runtime.analytics.options import ReportOptions
@@ -95,11 +95,13 @@ class MinuteUpdate:
                                          f"after an incremental run")
             rows = batch.where(F.col(INGEST_XID) >= manifest.horizon).persist()
             try:
-                self._apply(rows, root, manifest)
+                with without_adaptive(self.spark):
+                    self._apply(rows, root, manifest)
             finally:
                 rows.unpersist()
 
     def _apply(self, rows: DataFrame, root: Path, manifest: extract.Manifest) -> None:
+        self.spark.sparkContext.setJobDescription("report: live micro-batch")
         started = time.perf_counter()
         # One pass: rows, end horizon and NULL counts per table (reads the micro-batch).
         times = sorted({column for _, table in TABLES for column in table.nullable_times})
