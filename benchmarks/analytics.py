@@ -45,6 +45,7 @@ import asyncpg
 import numpy as np
 import psutil
 
+from benchmarks import spark_profile
 from benchmarks.common import progress, run_benchmark, throwaway_database
 from endpoint_runtime.analytics.options import ReportOptions
 from endpoint_runtime.connections.embedded import resolve_dsn, with_database
@@ -251,6 +252,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dsn", default=None, help="server DSN (default: as the CLI)")
     parser.add_argument("--incremental-rows", type=int, default=10_000,
                         help="rows for the second, incremental run (default 10,000; 0: none)")
+    parser.add_argument("--event-log", type=Path, default=None, metavar="DIR",
+                        help="write Spark's event logs under DIR and add a profile of each "
+                        "timed run to the JSON (jobs, stages, tasks and job seconds per "
+                        "report stage: 'profile_*')")
     parser.add_argument("--quick", action="store_true",
                         help=f"{QUICK_ROWS:,} rows, result not kept in results/")
     args = parser.parse_args(argv)
@@ -281,24 +286,38 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         progress(f"loaded with COPY in {loaded:.1f} s")
         with tempfile.TemporaryDirectory(prefix="er-report-") as scratch:
             out = args.out or Path(scratch) / "report"
+            logs = args.event_log
             options = ReportOptions(dsn=dsn, master=args.master, out=out,
-                                    partitions=args.partitions)
+                                    partitions=args.partitions,
+                                    conf=tuple(spark_profile.conf(logs / "in-process"))
+                                    if logs else ())
             reporter = Progress(total=8, prefix="benchmark")
+            windows: dict[str, tuple[float, float]] = {}
             started = time.perf_counter()
+            since = time.time() * 1000
             result = run(options, progress=reporter)
             wall = time.perf_counter() - started
+            windows["profile_full"] = (since, time.time() * 1000)
             driver_peak = jvm_peak_rss_mb()
             progress(f"report: {result.html}")
             incremental: dict[str, Any] = {}
             if later.audit:
                 await load(dsn, later)
-                incremental = incremental_run(dsn, args.master, out)
+                incremental = incremental_run(dsn, args.master, out, logs)
                 await load(dsn, last)
                 started = time.perf_counter()
+                since = time.time() * 1000
                 warm = run(options, progress=Progress(total=8, prefix="warm round"))
+                windows["profile_warm_incremental"] = (since, time.time() * 1000)
                 incremental["warm_incremental_wall_s"] = round(time.perf_counter() - started, 2)
                 incremental["warm_incremental_rows"] = warm.audit_rows
+                since = time.time() * 1000
                 incremental.update(await live_rows(options, dsn, streamed))
+                windows["profile_live"] = (since, time.time() * 1000)
+            if logs:
+                log = spark_profile.newest_log(logs / "in-process")
+                incremental.update({name: spark_profile.profile(log, *window)
+                                    for name, window in windows.items()})
     python_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {
         "benchmark": "analytics",
@@ -350,20 +369,34 @@ async def live_rows(options: ReportOptions, dsn: str, data: AuditSet) -> dict[st
             "target_live_wall_s": 5}
 
 
-def incremental_run(dsn: str, master: str, out: Path) -> dict[str, Any]:
-    """The second run into the same output, as a process of its own, timed whole."""
+def incremental_run(dsn: str, master: str, out: Path, logs: Path | None) -> dict[str, Any]:
+    """The second run into the same output, as a process of its own, timed whole (with
+    ``logs``, profiled: its Spark start is from the launch to the application's start)."""
     command = [sys.executable, "-m", "endpoint_runtime.analytics", "--dsn", dsn,
                "--master", master, "--out", str(out)]
+    for key, value in spark_profile.conf(logs / "incremental") if logs else ():
+        command += ["--conf", f"{key}={value}"]
     started = time.perf_counter()
+    launched = time.time() * 1000
     subprocess.run(command, check=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     wall = time.perf_counter() - started
+    ended = time.time() * 1000
+    profiled: dict[str, Any] = {}
+    if logs:
+        figures = spark_profile.profile(spark_profile.newest_log(logs / "incremental"))
+        application, first, last = (figures["application_started_ms"],
+                                    figures["first_job_ms"], figures["last_job_end_ms"])
+        figures["until_application_start_s"] = round((application - launched) / 1000, 2)
+        figures["until_first_job_s"] = round((first - application) / 1000, 2)
+        figures["after_last_job_s"] = round((ended - last) / 1000, 2)
+        profiled = {"profile_incremental": figures}
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     progress(f"incremental run: {summary['audit_rows']:,} new audit rows, days "
              f"{', '.join(summary['days'])}, {wall:.1f} s")
     return {"incremental_rows": summary["audit_rows"],
             "incremental_error_rows": summary["error_rows"],
             "incremental_wall_s": round(wall, 2), "incremental_days": summary["days"],
-            "target_incremental_wall_s": 20}
+            "target_incremental_wall_s": 20, **profiled}
 
 
 if __name__ == "__main__":

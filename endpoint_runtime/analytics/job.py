@@ -32,6 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from endpoint_runtime.analytics import extract, outputs, session
+from endpoint_runtime.analytics.compaction import compacted
 from endpoint_runtime.analytics.conversations import (
     conversations,
     conversations_of_days,
@@ -58,6 +59,8 @@ STAGES = 8
 TABLES = ("minutes", "hours", "exceptions", "flow_edges", "conversations")
 ROWS_PER_SHUFFLE_PARTITION = 500_000
 MAX_SHUFFLE_PARTITIONS = 400
+ADAPTIVE = "spark.sql.adaptive.enabled"
+SCHEMAS = {"audit": AUDIT_LOG.schema, "errors": ERROR_LOG.schema}
 
 
 @dataclass
@@ -112,6 +115,7 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
     with exclusive(out, progress):
         with progress.stage("spark", "starting Spark"):
             spark = spark or session.start(options.master, prerequisites, options.conf)
+        progress.entered = session.job_names(spark)
         address = session.ui_address(spark)
         if address:
             progress.say(f"Spark UI: {address}")
@@ -126,24 +130,27 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
         else:
             manifest, inputs, publish_days, conversation_days = _incremental(
                 spark, reader, result, progress)
-        _size_shuffles(spark, options, result)
-        _aggregate(spark, inputs, result, publish_days, conversation_days, progress)
-        if manifest is not None:
-            dropped: list[str] = []
-            if options.keep_days is not None:
-                manifest, dropped = extract.expired(manifest, _cutoff(options.keep_days))
-            extract.save(out / "extract", manifest)
-            _expire(out, dropped, options.keep_days)
-            result.horizon = manifest.horizon
-            from endpoint_runtime.analytics.registration import register_horizon
+        with _sized_shuffles(spark, options, result, whole=publish_days is None):
+            _aggregate(spark, inputs, result, publish_days, conversation_days, progress)
+            if manifest is not None:
+                dropped: list[str] = []
+                if options.keep_days is not None:
+                    manifest, dropped = extract.expired(manifest, _cutoff(options.keep_days))
+                manifest, merged = compacted(spark, out / "extract", manifest, SCHEMAS,
+                                             options.compact_at, _run_id())
+                extract.save(out / "extract", manifest)
+                dropped.extend(merged)
+                _expire(out, dropped, options.keep_days)
+                result.horizon = manifest.horizon
+                from endpoint_runtime.analytics.registration import register_horizon
 
-            register_horizon(options, out, manifest.horizon, progress)
-        with progress.stage("summary", "page figures from the Parquet tables"):
-            if options.render:
-                page_figures(spark, result)
-        with progress.stage("render", "plots and HTML"):
-            if options.render:
-                render_report(options, result)
+                register_horizon(options, out, manifest.horizon, progress)
+            with progress.stage("summary", "page figures from the Parquet tables"):
+                if options.render:
+                    page_figures(spark, result)
+            with progress.stage("render", "plots and HTML"):
+                if options.render:
+                    render_report(options, result)
     return result
 
 
@@ -202,7 +209,7 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
     manifest = extract.load(root)
     first = not any(manifest.files.values())
     extract.remove_unlisted(root, manifest)
-    run_id = f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    run_id = _run_id()
     with progress.stage("read", "new rows of audit_log and error_log to the extract"):
         present, with_xid, horizon = reader.survey(AUDIT_LOG, ERROR_LOG)
         for table in (AUDIT_LOG, ERROR_LOG):
@@ -249,16 +256,45 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
     return manifest, inputs, days, conversation_days
 
 
-def _size_shuffles(spark: SparkSession, options: ReportOptions, result: ReportResult) -> None:
+def _run_id() -> str:
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+
+
+@contextmanager
+def _sized_shuffles(spark: SparkSession, options: ReportOptions, result: ReportResult,
+                    whole: bool) -> Iterator[None]:
     """Shuffle partitions from the input: one per 500,000 rows, at least one per core
-    (adaptive execution coalesces small ones), unless ``--conf`` set them."""
-    if any(key == "spark.sql.shuffle.partitions" for key, _ in options.conf):
-        return
+    (adaptive execution coalesces small ones), unless ``--conf`` set them. A run that
+    recomputes a few days from few new rows (an incremental run, a round of ``--follow``:
+    not ``whole``, one partition per core) runs without adaptive execution, unless
+    ``--conf`` set it: there is little to re-plan on a day's rows, and it submits each
+    shuffle stage as a Spark job of its own to re-plan after it (about twice the jobs). A
+    run over everything keeps the session's setting (on by default: broadcast joins chosen
+    from the actual sizes), which is back after the run."""
+    given = {key for key, _ in options.conf}
     rows = result.audit_rows + result.error_rows
     cores = spark.sparkContext.defaultParallelism
     partitions = max(cores, min(MAX_SHUFFLE_PARTITIONS,
                                 math.ceil(rows / ROWS_PER_SHUFFLE_PARTITION)))
-    spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    if "spark.sql.shuffle.partitions" not in given:
+        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
+    if ADAPTIVE not in given and not whole and partitions == cores:
+        with without_adaptive(spark):
+            yield
+    else:
+        yield
+
+
+@contextmanager
+def without_adaptive(spark: SparkSession) -> Iterator[None]:
+    """Adaptive execution off for the block (a run's or a micro-batch's few rows: one Spark
+    job per action rather than one per shuffle stage), the session's setting back after."""
+    adaptive = spark.conf.get(ADAPTIVE, "true")
+    spark.conf.set(ADAPTIVE, "false")
+    try:
+        yield
+    finally:
+        spark.conf.set(ADAPTIVE, adaptive or "true")
 
 
 def _only(frame: DataFrame, days: set[str] | None) -> DataFrame:

@@ -44,13 +44,16 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from endpoint_runtime.analytics import extract, outputs
-from endpoint_runtime.analytics.job import exclusive, publish_minutes, run
+from endpoint_runtime.analytics import extract, outputs, session
+from endpoint_runtime.analytics.jdbc import jdbc_target
+from endpoint_runtime.analytics.job import exclusive, publish_minutes, run, without_adaptive
 from endpoint_runtime.analytics.measures import day
 from endpoint_runtime.analytics.minutes import merged_minutes, minute_stats
 from endpoint_runtime.analytics.options import ReportOptions
+from endpoint_runtime.analytics.prerequisites import check
 from endpoint_runtime.analytics.progress import Progress
 from endpoint_runtime.analytics.result import ReportResult
+from endpoint_runtime.analytics.stopping import StopRequest
 from endpoint_runtime.analytics.stream_source import (
     END,
     INGEST_XID,
@@ -59,6 +62,9 @@ from endpoint_runtime.analytics.stream_source import (
     OperationalRows,
 )
 from endpoint_runtime.errors import ConfigurationError
+
+POLL_S = 1
+"""How often (seconds) the wait between runs looks at the stream and for a stop."""
 
 
 class MinuteUpdate:
@@ -89,11 +95,13 @@ class MinuteUpdate:
                                          f"after an incremental run")
             rows = batch.where(F.col(INGEST_XID) >= manifest.horizon).persist()
             try:
-                self._apply(rows, root, manifest)
+                with without_adaptive(self.spark):
+                    self._apply(rows, root, manifest)
             finally:
                 rows.unpersist()
 
     def _apply(self, rows: DataFrame, root: Path, manifest: extract.Manifest) -> None:
+        self.spark.sparkContext.setJobDescription("report: live micro-batch")
         started = time.perf_counter()
         # One pass: rows, end horizon and NULL counts per table (reads the micro-batch).
         times = sorted({column for _, table in TABLES for column in table.nullable_times})
@@ -172,23 +180,41 @@ def follow(options: ReportOptions, interval: float, spark: SparkSession | None =
            rounds: int | None = None,
            after_round: Callable[[ReportResult], None] | None = None) -> ReportResult:
     """``--follow``: an incremental run, then the streaming query, and an incremental run
-    (the page and the whole-day tables) every ``interval`` seconds, until interrupted or
+    (the page and the whole-day tables) every ``interval`` seconds, until SIGINT/SIGTERM
+    (:mod:`~endpoint_runtime.analytics.stopping`: the round in progress finishes) or
     ``rounds`` runs have been made. A failed streaming query ends it with its error."""
     if options.ad_hoc:
         raise ConfigurationError("--follow keeps a horizon: it takes no --since/--until")
-    result = run(options, spark)
-    spark = spark or SparkSession.getActiveSession()
-    assert spark is not None  # run() started it
-    done = 1
-    with stream(spark, options) as query:
-        while True:
-            if after_round is not None:
-                after_round(result)
-            if rounds is not None and done >= rounds:
-                return result
-            started = time.monotonic()
-            if query.awaitTermination(max(1, round(interval))):  # raises the query's error, if any
-                raise RuntimeError("the live mode's streaming query stopped")
-            time.sleep(max(0.0, interval - (time.monotonic() - started)))
-            result = run(options, spark)
-            done += 1
+    progress = Progress(total=0)
+    with StopRequest(progress) as stop:
+        if spark is None:
+            spark = session.start(options.master, check(jdbc_target(options.dsn).unix_socket),
+                                  options.conf)
+            stop.install()  # Spark took SIGINT over
+        result = run(options, spark)
+        done = 1
+        if stop.requested:
+            return result
+        with stream(spark, options, progress) as query:
+            progress.say(f"live: following {options.out.resolve()}: a micro-batch every "
+                         f"{options.micro_batch:g} s, a run every {interval:g} s")
+            while True:
+                if after_round is not None:
+                    after_round(result)
+                if rounds is not None and done >= rounds:
+                    return result
+                if _waited(query, interval, stop):
+                    progress.say(f"live: stopped ({stop.requested})")
+                    return result
+                result = run(options, spark)
+                done += 1
+
+
+def _waited(query: StreamingQuery, interval: float, stop: StopRequest) -> bool:
+    """Wait ``interval`` seconds while the stream runs; whether a stop was asked for."""
+    deadline = time.monotonic() + interval
+    while not stop.requested and deadline > time.monotonic():
+        # Raises the query's error, if any; a signal ends the wait within POLL_S.
+        if query.awaitTermination(POLL_S):
+            raise RuntimeError("the live mode's streaming query stopped")
+    return stop.requested is not None

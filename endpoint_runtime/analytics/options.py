@@ -11,6 +11,9 @@ from pathlib import Path
 
 from endpoint_runtime.arguments import positive_int
 
+AT_FILES = 16
+"""A day partition of the extract is merged into one file once it holds this many."""
+
 DEFAULT_OUT = Path("endpoint-runtime-report")
 _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|min|h|d|w)$")
 _UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -48,6 +51,9 @@ class ReportOptions:
     """``--micro-batch``: seconds between the live mode's micro-batches."""
     keep_days: int | None = None
     """``--keep-days``: the extract and the tables keep this many days (``None``: all)."""
+    compact_at: int = AT_FILES
+    """An incremental run merges a day partition of the extract once it holds this many
+    files (:mod:`~endpoint_runtime.analytics.compaction`)."""
 
     @property
     def ad_hoc(self) -> bool:

@@ -13,6 +13,8 @@ get an empty table rather than ``UNABLE_TO_INFER_SCHEMA``.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import uuid
 from collections.abc import Collection
@@ -23,6 +25,8 @@ from pyspark.sql.types import StructType
 
 STAGING = "_staging"
 EMPTY = "empty.parquet"
+SCHEMA = "_schema.json"
+"""The table's columns (Spark's JSON form); Spark skips files whose name starts with ``_``."""
 
 
 def publish(frame: DataFrame, table: Path, days: Collection[str] | None) -> list[str]:
@@ -46,8 +50,20 @@ def publish(frame: DataFrame, table: Path, days: Collection[str] | None) -> list
         if day in written:
             (staged / f"day={day}").rename(current)
     _mark_empty(frame, table, staged)
+    _keep_schema(frame.schema, table)
     shutil.rmtree(table.parent / STAGING / run, ignore_errors=True)
     return written
+
+
+def _keep_schema(schema: StructType, table: Path) -> None:
+    """The table's columns beside it (replaced atomically): a reader that is not given them
+    needs no Spark job to infer them from the files' footers."""
+    kept = table / SCHEMA
+    if kept.exists() and kept.read_text(encoding="utf-8") == schema.json():
+        return
+    temporary = table / f".{SCHEMA}.{uuid.uuid4().hex}"
+    temporary.write_text(schema.json(), encoding="utf-8")
+    os.replace(temporary, kept)
 
 
 def _mark_empty(frame: DataFrame, table: Path, staged: Path) -> None:
@@ -66,10 +82,12 @@ def _mark_empty(frame: DataFrame, table: Path, staged: Path) -> None:
 def read(spark: SparkSession, table: Path, schema: StructType | None = None
          ) -> DataFrame | None:
     """The table as written (``day`` a string), or ``None`` when it was never written.
-    ``schema``: the columns it was written with (else inferred from its files, a Spark job
-    of its own)."""
+    ``schema``: the columns it was written with (else those kept beside it, else inferred
+    from its files: a Spark job of its own)."""
     if not table.exists():
         return None
+    if schema is None and (table / SCHEMA).exists():
+        schema = StructType.fromJson(json.loads((table / SCHEMA).read_text(encoding="utf-8")))
     reader = spark.read if schema is None else spark.read.schema(schema)
     frame = reader.parquet(str(table))
     return frame.withColumn("day", frame["day"].cast("string"))

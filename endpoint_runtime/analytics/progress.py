@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
@@ -29,6 +29,8 @@ class Progress:
         self.stream = stream if stream is not None else sys.stderr
         self.prefix = prefix
         self.timings: dict[str, float] = {}
+        self.entered: Callable[[str], None] | None = None
+        """Called with a stage's key as it starts (the job names the Spark jobs after it)."""
         self._started = time.perf_counter()
 
     @contextmanager
@@ -36,6 +38,8 @@ class Progress:
         """Time the block under ``key`` (in :attr:`timings`), announcing ``text``."""
         number = len(self.timings) + 1
         self.say(f"[{number}/{self.total}] {text} ...")
+        if self.entered is not None:
+            self.entered(key)
         start = time.perf_counter()
         try:
             yield

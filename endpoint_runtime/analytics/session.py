@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -54,6 +54,12 @@ def ui_address(spark: SparkSession) -> str | None:
     if spark.conf.get("spark.ui.enabled", "true") != "true":
         return None
     return spark.sparkContext.uiWebUrl
+
+
+def job_names(spark: SparkSession) -> Callable[[str], None]:
+    """Name the Spark jobs this thread submits after the report's stage (``report: minutes``):
+    the Spark UI and the event log say which stage each job belongs to."""
+    return lambda key: spark.sparkContext.setJobDescription(f"report: {key}")
 
 
 def start(master: str | None, prerequisites: Prerequisites,
