@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -9,6 +10,7 @@ import pytest
 
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
+from endpoint_runtime.runtime.deployment import EndpointDeployment
 from tests.e2e.conftest import (
     Deployer,
     count,
@@ -61,21 +63,28 @@ async def _wait_handled(transport: PostgresTransport, batch: int, expected: int)
     await wait_for(handled, timeout=30, what=f"{expected} messages of batch {batch} handled")
 
 
+async def start_with_backlog(deployer: Deployer, transport: PostgresTransport, messages: int,
+                             slots_per_receiver: int) -> EndpointDeployment:
+    """The intervals table, ``messages`` timed messages of batch 1, and the deployment
+    (``max_concurrency=4``)."""
+    await transport.pool.execute(
+        "CREATE TABLE intervals (n int, batch int, started timestamptz, ended timestamptz, "
+        "pid int)"
+    )
+    await create_queues(transport, "concurrency")
+    await send_batch(transport, "concurrency", [Timed(n, batch=1) for n in range(messages)])
+    return await deployer.start(
+        "concurrency_endpoint", max_concurrency=4, slots_per_receiver=slots_per_receiver
+    )
+
+
 async def test_concurrency_limit_holds_across_receivers_and_follows_runtime_changes(
     deployer: Deployer, transport: PostgresTransport
 ) -> None:
     """Each handler records [start, end] by the database clock; the recorded interval lies
     inside the time the message is in flight, so more overlapping intervals than the limit
     would prove the limit broken."""
-    await transport.pool.execute(
-        "CREATE TABLE intervals (n int, batch int, started timestamptz, ended timestamptz, "
-        "pid int)"
-    )
-    await create_queues(transport, "concurrency")
-    await send_batch(transport, "concurrency", [Timed(n, batch=1) for n in range(60)])
-    deployment = await deployer.start(
-        "concurrency_endpoint", max_concurrency=4, slots_per_receiver=2
-    )
+    deployment = await start_with_backlog(deployer, transport, 60, slots_per_receiver=2)
 
     await _wait_handled(transport, batch=1, expected=60)
     first = await _intervals(transport, batch=1)
@@ -150,3 +159,31 @@ async def test_receivers_scale_up_with_a_backlog_and_back_down_when_idle(
     assert max_overlap((row["started"], row["ended"]) for row in rows) <= 4  # while scaling
     assert await transport.depth("scaling") == 0
     assert status.estimate == 0
+
+
+async def test_status_requests_while_the_receivers_change_see_a_consistent_list(
+    deployer: Deployer, transport: PostgresTransport
+) -> None:
+    """`receiver_pids` (and so `fresh_status`) asked the receivers while a change of the
+    concurrency retired or started some: the answers no longer matched the list (`zip()
+    argument 2 is longer than argument 1`, seen once in CI; not reproduced at will here). Asked
+    under the peeker's lock now, over a snapshot of the list."""
+    deployment = await start_with_backlog(deployer, transport, 400, slots_per_receiver=1)
+
+    async def keep_asking() -> int:
+        asked = 0
+        for _ in range(30):
+            pids = await deployment.receiver_pids()
+            assert len(pids) == len(set(pids))
+            asked += 1
+        return asked
+
+    async def keep_changing() -> None:
+        for limit in (1, 4, 2, 4, 1, 3):
+            await deployment.set_max_concurrency(limit)
+
+    asked, _ = await asyncio.gather(keep_asking(), keep_changing())
+    assert asked == 30
+    status = await fresh_status(deployment)
+    assert status.max_concurrency == 3, status_line(status)
+    assert sum(r.allowance for r in status.receivers) <= 3, status_line(status)

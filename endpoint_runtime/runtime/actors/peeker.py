@@ -230,14 +230,15 @@ class Peeker:
         version = self._deaths.version
         doomed = (self._deaths.snapshot()
                   if any(h.doomed_version < version for h in self._receivers) else None)
+        asked = list(self._receivers)  # the list may change while the answers come
         results = await asyncio.gather(
             *(asyncio.wait_for(
                 await_ref(h.actor.status.remote(doomed if h.doomed_version < version else None)),
                 STATUS_TIMEOUT_SECONDS)
-              for h in self._receivers),
+              for h in asked),
             return_exceptions=True,
         )
-        for handle, result in zip(list(self._receivers), results, strict=True):
+        for handle, result in zip(asked, results, strict=True):
             if isinstance(result, ReceiverStatus):
                 self._unresponsive.discard(handle.receiver_id)
                 handle.last = result
@@ -251,6 +252,8 @@ class Peeker:
                     error = result.last_critical_error or "critical error"
                     self.on_critical_error(error, RuntimeError(error))
             elif isinstance(result, ray.exceptions.RayActorError):
+                if handle not in self._receivers:
+                    continue  # retired meanwhile: counted where it was retired
                 log.warning("receiver_died", receiver=handle.receiver_id,
                             error=last_line(result))
                 self._receivers.remove(handle)
@@ -433,7 +436,8 @@ class Peeker:
         return str(ray.get_runtime_context().get_node_id())
 
     async def receiver_pids(self) -> list[int]:
-        await self._refresh_statuses()
+        async with self._lock:  # not while a peek cycle changes the receivers
+            await self._refresh_statuses()
         return [h.last.pid for h in self._receivers if h.last is not None]
 
     async def stop(self) -> DeploymentStatus:
