@@ -373,7 +373,10 @@ async def test_run_deploys_several_endpoints_and_ingestion_on_one_ray_and_ctrl_c
         await run.close(*started)
     finals = {e["endpoint"]: e["processed"] for e in run.events
               if e.get("event") == "endpoint_final_status"}
-    assert finals == {"run_orders": 1, "run_shipping": 1, "audit": 2}
+    # What the run said at its stop, when a final line is missing (seen once in CI).
+    said_at_stop = [e for e in run.events if e.get("event") not in ("endpoint_status",)][-12:]
+    assert finals == {"run_orders": 1, "run_shipping": 1, "audit": 2}, (said_at_stop,
+                                                                      run.other[-12:])
 
 
 async def test_a_handler_running_past_the_grace_period_is_cancelled_and_its_message_kept(
