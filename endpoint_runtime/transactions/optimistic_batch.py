@@ -6,8 +6,9 @@ other in that transaction, with no savepoint of their own; their sends wait in m
 is one simple query: a single send (several go just before it, one INSERT per destination),
 the slot's committed count, ``SET CONSTRAINTS ALL IMMEDIATE`` (a deferred constraint fails
 there, before COMMIT, while the transaction can still be rolled back in part), ``COMMIT;
-BEGIN``. A batch without failures costs its handlers' statements plus three or four round
-trips: the receive, the checkpoint, the sends and the end.
+BEGIN``. A batch without failures costs its handlers' statements plus two to four round
+trips: the receive, the checkpoint (when its handlers use the database), the sends (when
+several) and the end.
 
 The **checkpoint** is a savepoint taken after the DELETE, on the first database use of the
 batch's messages (handlers, recoverability's moves), and moved past work found good. When a
@@ -24,7 +25,9 @@ run fails:
   a database error; a deferred constraint or a send to a missing queue at the end) is found
   by **bisection**: each half of the suspects runs and is checked (the end without COMMIT:
   its sends, the constraint check, the checkpoint moved), a failing half is split again, until
-  the one message whose own run fails is charged and put back.
+  the one message whose own run fails is charged and put back. (A send that fails at the end
+  of a run with no checkpoint, whose messages did not use the database, fails the batch,
+  uncharged; the slot then goes one message at a time, ``transactions.batched``.)
 
 Why each (N = 50, handlers of one statement; docs/handlers.md has the numbers): excluding the
 message seen failing re-runs on average half of the messages since the last checkpoint, about
@@ -118,8 +121,6 @@ class OptimisticBatch:
         self._executor = cast("DatabaseConnection",
                               LazySavepointConnection(connection, self._touch))
         self.checkpoint = False
-        self.written = False
-        """Database work since the checkpoint (or since the receive, before it)."""
         self.message_wrote = False
         """Database work by the message running."""
         self.kept: list[tuple[Unit, Outcome]] = []
@@ -128,7 +129,7 @@ class OptimisticBatch:
         self.charged = 0
 
     async def _touch(self) -> None:
-        self.written = self.message_wrote = True
+        self.message_wrote = True
         if not self.checkpoint:
             await self._connection.execute(f"SAVEPOINT {CHECKPOINT}")
             self.checkpoint = True
@@ -203,7 +204,6 @@ class OptimisticBatch:
             return Failed(self._suspects(), [], exc, own=False)
         self.kept.extend((unit, outcome) for _, unit, outcome in self.running)
         self.running = []
-        self.written = False
         return None
 
     def _suspects(self) -> list[Received]:
@@ -215,9 +215,12 @@ class OptimisticBatch:
         sends = ""
         if len(outgoing.pending) + len(outgoing.pending_delayed) > 1:
             # One INSERT per destination (arrays, binary): cheaper than a literal EXECUTE per
-            # message, and a round trip shared by the run's messages. After the checkpoint,
-            # so that a send that fails can be searched for.
-            await self._touch()
+            # message, and a round trip shared by the run's messages. After the checkpoint
+            # when the run's messages took one (they wrote), so that a send that fails can be
+            # searched for; else no savepoint is taken for it (a round trip per batch): such a
+            # send fails the batch, uncharged, and the slot's next rounds go one message at a
+            # time (``transactions.batched``), which charges it. Sends rarely fail here: each
+            # destination was checked to be a queue when the handler sent.
             await outgoing.flush(connection)
         else:
             sends = await outgoing.flush_before_commit(connection)
@@ -244,7 +247,6 @@ class OptimisticBatch:
         ``charged`` is its failure."""
         if self.checkpoint:  # else nothing was written since the receive
             await self._connection.execute(f"ROLLBACK TO SAVEPOINT {CHECKPOINT}")
-        self.written = False
         running, self.running = self.running, []
         for _received, unit, _ in running[:-1] if charged is not None else running:
             unit.rolled_back()

@@ -178,6 +178,25 @@ async def test_only_the_message_whose_own_run_fails_is_charged(
     assert_only_charged(outcome, total, failing)
 
 
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+async def test_a_send_refused_at_the_end_of_a_batch_that_used_no_database_is_charged_to_its_sender(
+    transport: PostgresTransport, isolation: str,
+) -> None:
+    """No handler of the batch used the database, so no checkpoint is taken for the run's
+    sends: the send the queue table refuses fails the whole batch, uncharged, and the slot's
+    next rounds go one message at a time, which charges only its sender."""
+    entries = [Entry(n, "refused_send" if n == 5 else "send_only") for n in range(8)]
+    outcome = await drain(transport, endpoint_of(isolation), entries)
+    others = [n for n in range(8) if n != 5]
+    assert outcome.entries == [], "no handler wrote"
+    assert outcome.sent == others, "each other message's send once"
+    assert collections.Counter(others) == COMMITTED, "after_commit once per committed message"
+    assert outcome.charged == {5: ATTEMPTS}, "only the refused send's sender was charged"
+    assert {n: kind.rsplit(".", 1)[-1] for n, kind in outcome.failed.items()} == {
+        5: "CheckViolationError"}
+    assert (outcome.processed, outcome.failed_count) == (7, 1)
+
+
 def test_an_unknown_isolation_is_refused() -> None:
     from endpoint_runtime.errors import ConfigurationError
 

@@ -21,6 +21,8 @@ INSERT INTO taken VALUES (1);
 CREATE TABLE entry_parents (id integer PRIMARY KEY);
 CREATE TABLE entry_children (
     parent integer REFERENCES entry_parents (id) DEFERRABLE INITIALLY DEFERRED);
+ALTER TABLE entries_out ADD CONSTRAINT refuses_marked_sends
+    CHECK (position('refuse-this-send' in headers) = 0);
 """
 OUT = "entries_out"
 
@@ -29,7 +31,8 @@ class Entry(msgspec.Struct):
     n: int
     action: str = "write"
     """write | fail_after_write | fail_before_write | swallow | deferred_violation |
-    own_savepoint | missing_queue"""
+    own_savepoint | missing_queue | send_only | refused_send (a send the queue table's
+    CHECK constraint refuses when it is written; neither of the last two uses the database)"""
 
 
 class Booked(msgspec.Struct):
@@ -59,6 +62,10 @@ async def book(message: Entry, context: HandlerContext) -> None:
     action = message.action
     if action == "fail_before_write":
         raise EntryFailedError(f"entry {message.n} fails before writing")
+    if action in ("send_only", "refused_send"):
+        marked = {"Test.Refuse": "refuse-this-send"} if action == "refused_send" else None
+        await context.send(Booked(message.n), destination=OUT, headers=marked)
+        return
     if action == "swallow":
         try:  # noqa: SIM105 - the mistake the batch must survive: no savepoint
             await connection.execute("INSERT INTO taken (key) VALUES (1)")
