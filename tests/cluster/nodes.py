@@ -74,6 +74,10 @@ def node_environment() -> dict[str, str]:
     env["RAY_AUTH_MODE"] = "token"
     env["RAY_worker_niceness"] = "0"
     env["RAY_enable_worker_prestart"] = "0"
+    # A lost node is declared dead after 5 failed health checks a second apart (Ray's
+    # defaults: 3 s apart, ~15 s): the node-loss tests wait for that. A check fails at once
+    # on a killed raylet; a live but slow one fails a check only after its 10 s timeout.
+    env["RAY_health_check_period_ms"] = "1000"
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
