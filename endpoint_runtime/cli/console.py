@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 from pathlib import Path
 
 from endpoint_runtime.cli.common import EXIT_OK, positive_int
@@ -56,10 +57,18 @@ async def console_command(args: argparse.Namespace, settings: TransportSettings)
     from endpoint_runtime.console import create_app
     from endpoint_runtime.console.security import new_token
 
+    class AnnouncingServer(uvicorn.Server):
+        """Prints the console's address once it accepts connections: a first start of the
+        embedded PostgreSQL takes a while, and an address printed before that was refused."""
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started:
+                print(f"console: http://{args.host}:{args.port}/?token={token}", flush=True)
+
     token = args.token or os.environ.get(TOKEN_VARIABLE) or new_token()
     app = create_app(settings, token, error_queue=args.error_queue, read_only=args.read_only,
                      report=args.report)
-    print(f"console: http://{args.host}:{args.port}/?token={token}", flush=True)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
-    await uvicorn.Server(config).serve()
+    await AnnouncingServer(config).serve()
     return EXIT_OK
