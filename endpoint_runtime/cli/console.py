@@ -14,8 +14,10 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 from endpoint_runtime.cli.common import EXIT_OK, positive_int
@@ -65,6 +67,17 @@ async def console_command(args: argparse.Namespace, settings: TransportSettings)
             await super().startup(sockets=sockets)
             if self.started:
                 print(f"console: http://{args.host}:{args.port}/?token={token}", flush=True)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # uvicorn stops gracefully on Ctrl-C or SIGTERM, then raises the signal again for
+            # its caller: here that ended the command with a traceback and "interrupted".
+            # For a server that signal is its normal end: the command exits 0.
+            with super().capture_signals():
+                yield
+                captured = getattr(self, "_captured_signals", None)
+                if captured:
+                    captured.clear()
 
     token = args.token or os.environ.get(TOKEN_VARIABLE) or new_token()
     app = create_app(settings, token, error_queue=args.error_queue, read_only=args.read_only,

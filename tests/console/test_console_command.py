@@ -21,7 +21,7 @@ TOKEN = "command-token-93b1"
 LINE_TIMEOUT = 60.0
 
 
-async def test_the_printed_address_answers_as_soon_as_it_is_printed(
+async def test_the_printed_address_answers_at_once_and_ctrl_c_ends_the_console_cleanly(
         database_dsn: str, db: PostgresTransport) -> None:
     await db.create_queue("error")
     port = _free_port()
@@ -42,6 +42,11 @@ async def test_the_printed_address_answers_as_soon_as_it_is_printed(
             opened = await client.get(url)  # at once: no retry, no wait
         assert opened.status_code == 200, (opened.url, opened.text[-800:])
         assert "failed" in opened.text.lower()
+        process.send_signal(signal.SIGINT)  # Ctrl-C: the console's normal end
+        async with asyncio.timeout(20):
+            _, stderr = await process.communicate()
+        assert process.returncode == 0, stderr.decode()[-2000:]
+        assert b"Traceback" not in stderr, stderr.decode()[-2000:]
     finally:
         if process.returncode is None:
             process.send_signal(signal.SIGINT)
