@@ -2,7 +2,9 @@
 
 The address used to be printed before the server started (before its database connection
 and tables, which on a first start of the embedded PostgreSQL take many seconds), so opening
-it at once was refused. It is printed once the server accepts connections.
+it at once was refused. It is printed once the server accepts connections. Ctrl-C, the way a
+console is stopped, ends it with status 0 and no traceback (uvicorn raised the signal again:
+130 and a traceback before).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import sys
 import httpx
 
 from endpoint_runtime.connections.connecting import PostgresTransport
-from tests.console.conftest import _free_port
+from tests.cluster.nodes import free_port
 
 TOKEN = "command-token-93b1"
 LINE_TIMEOUT = 60.0
@@ -24,7 +26,7 @@ LINE_TIMEOUT = 60.0
 async def test_the_printed_address_answers_at_once_and_ctrl_c_ends_the_console_cleanly(
         database_dsn: str, db: PostgresTransport) -> None:
     await db.create_queue("error")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "ENDPOINT_RUNTIME_DSN": database_dsn,
            "ENDPOINT_RUNTIME_CONSOLE_TOKEN": TOKEN}
     process = await asyncio.create_subprocess_exec(
