@@ -194,8 +194,8 @@ async def _stop_all(deployments: list[EndpointDeployment]) -> None:
             "endpoint_final_status",
             endpoint=final.endpoint,
             processed=final.processed,
-            failed=sum(r.failed for r in final.receivers),
-            moved_to_error=sum(r.moved_to_error for r in final.receivers),
+            failed=final.failed,
+            moved_to_error=final.moved_to_error,
             replaced_receivers=final.replaced_receivers,
         )
         if final.halted:
@@ -291,7 +291,7 @@ async def _report_one(
         in_flight=status.in_flight,
         max_concurrency=status.max_concurrency,
         processed=status.processed,
-        failed=sum(r.failed for r in status.receivers),
+        failed=status.failed,
     )
     level = lines.level_for(figures, now=now)
     if level is not None:

@@ -213,5 +213,7 @@ def status_line(status: DeploymentStatus) -> str:
         for r in status.receivers
     )
     return (f"estimate={status.estimate} max_concurrency={status.max_concurrency} "
-            f"replaced={status.replaced_receivers} receivers=[{receivers}]")
+            f"replaced={status.replaced_receivers} processed={status.processed} "
+            f"failed={status.failed} outbox_duplicates={status.outbox_duplicates} "
+            f"receivers=[{receivers}]")
 

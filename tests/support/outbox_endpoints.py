@@ -73,3 +73,12 @@ async def receipt(message: PayInvoice, context: HandlerContext) -> None:
         await context.send(InvoicePaid(message.invoice), destination="no_such_ledger")
     elif message.invoice != "quiet":  # "quiet": business work only, nothing to send
         await context.send(InvoicePaid(message.invoice), destination="ledger")
+
+
+# No receiver while idle (retired half a second after the queue empties), one message at a
+# time: what a retired receiver counted must stay in the deployment's status.
+receipts_on_demand = Endpoint(
+    "receipts_on_demand", transaction_mode=TransactionMode.RECEIVE_ONLY, immediate_retries=0,
+    delayed_retries=0, min_receivers=0, scale_down_after=0.5, max_concurrency=1)
+receipts_on_demand.enable_outbox()
+receipts_on_demand.register(receipt)

@@ -55,6 +55,9 @@ class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
     retired_processed: int = 0
     """Messages processed by receivers that were retired or died (their last status)."""
     retired_failed: int = 0
+    retired_moved_to_error: int = 0
+    retired_outbox_duplicates: int = 0
+    """Duplicates recognised by the outbox in receivers that were retired or died."""
     retired_by_node: dict[str, int] = {}
     """Messages processed by retired or dead receivers, per Ray node id."""
 
@@ -81,8 +84,14 @@ class DeploymentStatus(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def outbox_duplicates(self) -> int:
-        return sum(r.outbox_duplicates for r in self.receivers)
+        """Duplicates the outbox recognised, in running and retired receivers alike."""
+        return self.retired_outbox_duplicates + sum(r.outbox_duplicates for r in self.receivers)
 
     @property
     def failed(self) -> int:
         return self.retired_failed + sum(r.failed for r in self.receivers)
+
+    @property
+    def moved_to_error(self) -> int:
+        """Messages moved to the error queue, by running and retired receivers alike."""
+        return self.retired_moved_to_error + sum(r.moved_to_error for r in self.receivers)

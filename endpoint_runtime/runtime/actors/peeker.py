@@ -116,12 +116,16 @@ class Peeker:
         self._heartbeat = Heartbeat(config.address.schema, config.deployment_id)
         self._retired_processed = 0
         self._retired_failed = 0
+        self._retired_moved_to_error = 0
+        self._retired_outbox_duplicates = 0
         self._retired_by_node: collections.Counter[str] = collections.Counter()
 
     def _count_retired(self, last: ReceiverStatus | None) -> None:
         if last is not None:
             self._retired_processed += last.processed
             self._retired_failed += last.failed
+            self._retired_moved_to_error += last.moved_to_error
+            self._retired_outbox_duplicates += last.outbox_duplicates
             self._retired_by_node[last.node_id] += last.processed
 
     def on_critical_error(self, message: str, exc: BaseException) -> None:
@@ -412,6 +416,8 @@ class Peeker:
             doomed_messages=len(self._deaths.doomed),
             retired_processed=self._retired_processed,
             retired_failed=self._retired_failed,
+            retired_moved_to_error=self._retired_moved_to_error,
+            retired_outbox_duplicates=self._retired_outbox_duplicates,
             retired_by_node=dict(self._retired_by_node),
         )
 
