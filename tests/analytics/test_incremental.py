@@ -134,6 +134,30 @@ async def test_conversations_stay_whole_in_the_day_they_started(
     assert (y["messages"], y["initiating_type"]) == (2, "Orders.PlaceOrder")
 
 
+async def test_a_conversation_with_a_row_before_the_recomputed_days_stays_whole(
+        spark: SparkSession, database_dsn: str, tmp_path: Path) -> None:
+    """Conversation w has a row on day 1 and one on day 3. A later run brings rows of day 3
+    only, of other conversations: day 3's conversations are recomputed from the rows of days
+    2 and 3, where w has a row too; w started before them, so it stays whole in day 1 (not
+    also a one-message copy in day 3)."""
+    day3 = DAY1 + timedelta(days=2)
+    await insert(database_dsn, [
+        audit_row("w-1", "Orders.PlaceOrder", "web", "sales", "w", None,
+                  DAY1 + timedelta(hours=10), 5.0, 50.0),
+        audit_row("w-2", "Orders.OrderPlaced", "sales", "billing", "w", "w-1",
+                  day3 + timedelta(hours=1), 5.0, 50.0),
+        *orders("e", day3 + timedelta(hours=2), 2)])
+    report(spark, database_dsn, tmp_path)
+    await insert(database_dsn, orders("f", day3 + timedelta(hours=5), 3))
+    second = report(spark, database_dsn, tmp_path)
+    assert second.days == ["2026-03-04"]
+    rows = table(spark, tmp_path, "conversations")
+    assert sorted(row["conversation_id"] for row in rows) == [
+        "e-0", "e-1", "f-0", "f-1", "f-2", "w"]  # each once
+    [w] = [row for row in rows if row["conversation_id"] == "w"]
+    assert (w["day"], w["messages"]) == ("2026-03-02", 2)
+
+
 async def test_a_run_stopped_before_its_horizon_is_rerun_idempotently(
         spark: SparkSession, database_dsn: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
