@@ -13,8 +13,9 @@ import contextvars
 import logging
 import os
 import sys
+import threading
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, TextIO
 
 import structlog
 
@@ -42,6 +43,50 @@ def merge_message_context(
         event_dict.setdefault("message_id", context[1])
         event_dict.setdefault("attempt", context[2])
     return event_dict
+
+
+class WholeLines:
+    """A text stream that passes on what each thread writes as whole lines, one write each.
+
+    ``print`` writes a line and its newline in two calls. In a driver process Ray's thread
+    prints the actors' lines while the main thread logs its own, so without this a line of
+    one could land inside a line of the other ("...}{"event": ...}"): two JSON log lines
+    neither of which parses. Here each thread's text waits until its newline (or its own
+    ``flush``), then goes out whole under a lock. Everything else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self._lock = threading.Lock()
+        self._partial = threading.local()
+
+    def write(self, text: str) -> int:
+        pending = getattr(self._partial, "text", "") + text
+        lines, newline, rest = pending.rpartition("\n")
+        self._partial.text = rest
+        if newline:
+            with self._lock:
+                self.stream.write(lines + newline)
+        return len(text)
+
+    def flush(self) -> None:
+        rest = getattr(self._partial, "text", "")
+        self._partial.text = ""
+        with self._lock:
+            if rest:
+                self.stream.write(rest)
+            self.stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+def whole_lines_output() -> None:
+    """Make ``sys.stdout`` and ``sys.stderr`` :class:`WholeLines` (once): for a process whose
+    output several threads write, as a Ray driver's does (``runtime.actors.cluster``)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, WholeLines):
+            setattr(sys, name, WholeLines(stream))
 
 
 class StderrLogger:

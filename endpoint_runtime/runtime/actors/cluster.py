@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import ray
 import structlog
 
-from endpoint_runtime.logging import use_colors
+from endpoint_runtime.logging import use_colors, whole_lines_output
 
 log = structlog.get_logger("endpoint_runtime.cluster")
 
@@ -37,6 +37,7 @@ def ensure_ray() -> None:
     if ray.is_initialized():
         return
     plain_actor_output()
+    whole_lines_output()  # Ray's thread prints the actors' lines beside ours
     address = os.environ.get("RAY_ADDRESS") or None
     if address:
         ray.init(address=address, log_to_driver=True)
