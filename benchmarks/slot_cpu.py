@@ -30,18 +30,19 @@ from typing import Any
 import asyncpg
 
 from benchmarks.common import median, progress, run_benchmark, throwaway_database
-from benchmarks.scaleout.endpoints import INSERT_SINK, Job, record
+from benchmarks.scaleout.endpoints import INSERT_SINK, record
 from benchmarks.scaleout.limits import DECODE
-from benchmarks.scaleout.peers.sink import CREATE_SINK
+from benchmarks.scaleout.peers.sink import CREATE_SINK, DatabaseClock
+from benchmarks.scaleout.runtime_sides import job_messages
 from benchmarks.throughput import load_backlog
 from endpoint_runtime import Endpoint
-from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import connect_pool
 from endpoint_runtime.connections.embedded import resolve_dsn, with_database
 from endpoint_runtime.transactions.counting import SlotCounts, counts_table, create_counts_table
 from endpoint_runtime.transport import QueueAddress, statements
 
 BATCH = 50
+BODY_BYTES = 100
 DEPTH = 24
 PROBE_STATEMENTS = 20_000
 endpoint = Endpoint("slot_cpu", batch_size=BATCH, batch_isolation="optimistic")
@@ -51,9 +52,9 @@ QUEUE = QueueAddress("slot_cpu")
 
 async def fill(pool: asyncpg.Pool, messages: int) -> None:
     await pool.execute(f"TRUNCATE {QUEUE.qualified}; TRUNCATE scaleout_sink")
-    backlog = [create_outgoing(Job(key=key, sent_at=0.0, body="x" * 100))
-               for key in range(messages)]
-    await load_backlog(pool, QUEUE, backlog)
+    async with pool.acquire() as connection:
+        clock = await DatabaseClock.measure(connection)
+    await load_backlog(pool, QUEUE, job_messages(messages, BODY_BYTES, clock))
     await pool.execute(f"VACUUM ANALYZE {QUEUE.qualified}")
 
 
