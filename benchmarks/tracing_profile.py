@@ -105,6 +105,41 @@ async def cpu_per_message(pipeline: Pipeline, messages: list[TransportMessage]) 
     return (time.process_time() - started) / len(messages) * 1e6
 
 
+FLOOR_ATTRIBUTES = {"messaging.system": "postgresql", "messaging.destination.name": "sales",
+                    "messaging.operation.type": "process", "messaging.message.id": "id",
+                    "messaging.message.conversation_id": "conversation"}
+"""Five attributes, as a ``process`` span carries."""
+
+
+def sdk_span_floor(spans: int, rounds: int) -> dict[str, float]:
+    """The SDK's own CPU per span, nothing of the runtime around it: ``start_span`` with
+    :data:`FLOOR_ATTRIBUTES` and ``end``, a batch span processor whose exporter drops the
+    spans; ``always_on`` (a recorded span) and ``ratio_0.1_root`` (a new root the
+    ``parentbased_traceidratio`` 0.1 sampler drops nine times in ten). Best of ``rounds``.
+    What no change in the runtime can take away while spans are the SDK's."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, TraceIdRatioBased
+    from opentelemetry.trace import SpanKind
+
+    floor = {}
+    for name, sampler in (("always_on", ALWAYS_ON),
+                          ("ratio_0.1_root", ParentBased(TraceIdRatioBased(0.1)))):
+        provider = TracerProvider(sampler=sampler)
+        provider.add_span_processor(BatchSpanProcessor(Keep()))  # as a receiver's: defaults
+        tracer = provider.get_tracer("benchmark")
+        best = float("inf")
+        for _ in range(rounds):
+            started = time.process_time()
+            for _ in range(spans):
+                tracer.start_span("process", kind=SpanKind.CONSUMER,
+                                  attributes=FLOOR_ATTRIBUTES).end()
+            best = min(best, (time.process_time() - started) / spans * 1e6)
+        provider.shutdown()
+        floor[name] = round(best, 1)
+    return floor
+
+
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     per_mode: dict[str, list[float]] = {mode: [] for mode in args.modes}
     encode: list[float] = []
@@ -146,6 +181,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "otlp_encode_us_per_span": round(median(encode), 1) if encode else None,
         "runtime_otlp_encode_us_per_span": round(median(encode_ours), 1) if encode else None,
         "spans_per_message_always_on": 2,
+        "sdk_span_floor_us": sdk_span_floor(args.messages, args.rounds),
     }
 
 
