@@ -17,6 +17,8 @@ Example::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from endpoint_runtime.chain.context import HandlerContext
 from endpoint_runtime.chain.pipeline import IncomingContext, Next
 from endpoint_runtime.connections.connecting import PostgresTransport
@@ -29,7 +31,6 @@ from endpoint_runtime.errors import (
     RetryLater,
     UnknownMessageTypeError,
 )
-from endpoint_runtime.runtime.deployment import EndpointDeployment
 from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.runtime.sender import Sender
 from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
@@ -37,6 +38,9 @@ from endpoint_runtime.transactions import TransactionMode
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.wire.message_kinds import Command, Event
 from endpoint_runtime.wire.messages import Headers, MessageIntent
+
+if TYPE_CHECKING:
+    from endpoint_runtime.runtime.deployment import EndpointDeployment
 
 __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     # endpoints and handlers
@@ -73,3 +77,15 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     "RetryLater",
     "DiscardMessage",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # EndpointDeployment brings Ray (about half a second to import): it is imported when
+    # first asked for, so that what runs without Ray does not pay for it: the live report's
+    # Spark Python workers (each imports this package to read the audit rows), `send`,
+    # `report`, handlers' unit tests.
+    if name == "EndpointDeployment":
+        from endpoint_runtime.runtime.deployment import EndpointDeployment
+
+        return EndpointDeployment
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

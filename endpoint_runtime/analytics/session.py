@@ -74,8 +74,9 @@ def start(master: str | None, prerequisites: Prerequisites,
     if local:
         # Without it Spark warns that the hostname resolves to a loopback address.
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        # Python workers (the live mode's data source) run this interpreter, whose
-        # environment has this package, rather than the first python3 on PATH.
+        # The Python processes Spark starts (the live mode's data source) run this
+        # interpreter, whose environment has this package, rather than the first python3
+        # on PATH.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if "JAVA_HOME" not in os.environ:
         os.environ["JAVA_HOME"] = os.path.dirname(os.path.dirname(

@@ -10,52 +10,35 @@ The same run is the checks' self-test: in one mode (:data:`PLANTED_MODE`) it del
 :data:`PLANTED` queued messages and writes a second effect for :data:`PLANTED` handled ones
 behind the runtime's back; that mode must fail exactly those checks, naming exactly the
 planted ids, while every other check of that mode still holds.
+
+The run starts early and these tests come last (``tests/chaos/ci_run.py``,
+``tests/conftest.py``): its minutes of waiting overlap the other tests'.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from benchmarks.chaos.endpoints import MODES, SAGA_MODES
 from benchmarks.chaos.schedule import FaultKind, PoisonKind
+from tests.chaos.ci_run import MESSAGES, PLANTED, PLANTED_MODE, POISON_PER_KIND, chaos_run
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(1200)]
 
-ROOT = Path(__file__).resolve().parents[2]
-MESSAGES = 2_000
-POISON_PER_KIND = 10
-PLANTED = 3
-PLANTED_MODE = "none"
-"""The mode whose loss check is the subtlest: it may lose messages by design, only those a
-fault cut in hand (traced through the receive trigger); a message deleted behind its back
-must still fail it. Its duplicate effects (at most once) are checked as in every mode."""
-CI_ARGS = ["--messages", str(MESSAGES), "--stream-seconds", "20", "--kill-interval", "3",
-           "--poison-per-kind", str(POISON_PER_KIND), "--drain-timeout", "180", "--quick",
-           "--plant-loss", str(PLANTED), "--plant-duplicate", str(PLANTED),
-           "--plant-modes", PLANTED_MODE]
-
 
 @pytest.fixture(scope="module")
-def chaos_result(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    log = tmp_path_factory.mktemp("chaos") / "stderr.log"
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    with log.open("wb") as stderr:
-        finished = subprocess.run(
-            [sys.executable, "-m", "benchmarks.chaos", *CI_ARGS], cwd=ROOT, env=environment,
-            stdout=subprocess.PIPE, stderr=stderr, timeout=1100, check=False)
-    tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:])
-    assert finished.returncode == 0, tail
-    lines = finished.stdout.decode().strip().splitlines()
-    assert lines, tail
+def chaos_result(request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The session's chaos run, started early by ``tests/conftest.py`` (or now, when these
+    tests run alone), waited for."""
+    finished = chaos_run(request.config).finished()
+    assert finished.returncode == 0, finished.stderr_tail
+    lines = finished.stdout.strip().splitlines()
+    assert lines, finished.stderr_tail
     result: dict[str, Any] = json.loads(lines[-1])
-    result["stderr_tail"] = tail
+    result["stderr_tail"] = finished.stderr_tail
     return result
 
 
