@@ -358,12 +358,12 @@ async def live_rows(options: ReportOptions, dsn: str, cold: AuditSet,
     live = replace(options, micro_batch=1.0)
     figures: dict[str, Any] = {}
     with stream(spark, live) as query:
-        for name, data in (("live", cold), ("live_warm", warm)):
+        for name, label, data in (("live", "first rows", cold), ("live_warm", "warm", warm)):
             await load(dsn, data)
             started = time.perf_counter()
             rows, batches, phases = await _streamed(query, len(data.audit) + len(data.errors))
             latency = time.perf_counter() - started
-            progress(f"live mode ({'warm' if name == 'live_warm' else 'first rows'}): "
+            progress(f"live mode ({label}): "
                      f"{rows:,} rows in their minutes {latency:.1f} s after their commit "
                      f"({len(batches)} micro-batches, {sum(batches):.1f} s)")
             figures.update({f"{name}_rows": rows, f"{name}_wall_s": round(latency, 2),

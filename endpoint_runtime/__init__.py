@@ -81,9 +81,9 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
 
 def __getattr__(name: str) -> Any:
     # EndpointDeployment brings Ray (about half a second to import): it is imported when
-    # first asked for, so that what runs without Ray does not pay for it: the live report's
-    # Spark Python workers (each imports this package to read the audit rows), `send`,
-    # `report`, handlers' unit tests.
+    # first asked for, so that what runs without Ray does not pay for it: the Python process
+    # Spark starts for the live report's stream source, `send`, `report`, handlers' unit
+    # tests.
     if name == "EndpointDeployment":
         from endpoint_runtime.runtime.deployment import EndpointDeployment
 

@@ -85,20 +85,15 @@ async def _rows(connection: asyncpg.Connection, schema: str, low: int,
     return rows
 
 
-async def _new_rows(dsn: str, schema: str, low: int) -> tuple[list[tuple[Any, ...]], int]:
-    """The rows from horizon ``low`` to the current horizon, and that horizon."""
+async def _read(dsn: str, schema: str, low: int,
+                high: int | None) -> tuple[list[tuple[Any, ...]], int]:
+    """The rows of transactions in ``[low, high)`` and ``high`` (``None``: the current
+    horizon), on one short connection."""
     connection = await asyncpg.connect(dsn)
     try:
-        high = max(low, await _current_horizon(connection))
+        if high is None:
+            high = max(low, await _current_horizon(connection))
         return (await _rows(connection, schema, low, high) if high > low else []), high
-    finally:
-        await connection.close()
-
-
-async def _rows_between(dsn: str, schema: str, low: int, high: int) -> list[tuple[Any, ...]]:
-    connection = await asyncpg.connect(dsn)
-    try:
-        return await _rows(connection, schema, low, high) if high > low else []
     finally:
         await connection.close()
 
@@ -118,14 +113,14 @@ class OperationalRowsReader(SimpleDataSourceStreamReader):
         return {"horizon": self.start}
 
     def read(self, start: dict[str, int]) -> tuple[Iterator[tuple[Any, ...]], dict[str, int]]:
-        rows, high = asyncio.run(_new_rows(self.dsn, self.schema, start["horizon"]))
+        rows, high = asyncio.run(_read(self.dsn, self.schema, start["horizon"], None))
         return iter(rows), {"horizon": high}
 
     def readBetweenOffsets(self, start: dict[str, int],
                            end: dict[str, int]) -> Iterator[tuple[Any, ...]]:
         """The same micro-batch again (a restarted query replays its last one)."""
-        return iter(asyncio.run(_rows_between(self.dsn, self.schema, start["horizon"],
-                                              end["horizon"])))
+        rows, _ = asyncio.run(_read(self.dsn, self.schema, start["horizon"], end["horizon"]))
+        return iter(rows)
 
 
 class OperationalRows(DataSource):
