@@ -376,20 +376,40 @@ async def live_rows(options: ReportOptions, dsn: str, cold: AuditSet,
 
 async def _streamed(query: Any, expected: int) -> tuple[int, list[float], list[dict[str, int]]]:
     """Wait until the query's micro-batches after now have read ``expected`` rows."""
-    seen = len(query.recentProgress)
+    after = newest_trigger(query.recentProgress)
     rows, batches, phases = 0, [], []
     while rows < expected:
-        progress_list = query.recentProgress
-        for event in progress_list[seen:]:
+        for event in progress_after(query.recentProgress, after):
+            after = trigger(event)
             if event["numInputRows"]:
                 rows += event["numInputRows"]
                 batches.append(event["durationMs"]["triggerExecution"] / 1000)
                 phases.append(dict(event["durationMs"]))
-        seen = len(progress_list)
         if query.exception() is not None:
             raise RuntimeError(f"the live stream failed: {query.exception()}")
         await asyncio.sleep(0.1)
     return rows, batches, phases
+
+
+Trigger = tuple[int, str]
+"""A progress event's micro-batch id and trigger time (ISO text, in order as text): an idle
+trigger reports the id of the next micro-batch with rows, so the id alone repeats."""
+
+
+def trigger(event: dict[str, Any]) -> Trigger:
+    return event["batchId"], event["timestamp"]
+
+
+def newest_trigger(events: list[dict[str, Any]]) -> Trigger:
+    """The newest trigger of ``events`` (a query's progress), before any if none."""
+    return max((trigger(event) for event in events), default=(-1, ""))
+
+
+def progress_after(events: list[dict[str, Any]], after: Trigger) -> list[dict[str, Any]]:
+    """The progress events of triggers after ``after``, oldest first. By trigger, not by
+    position: ``recentProgress`` keeps only the newest events (100 by default), so once it is
+    full its length stays the same while new events arrive."""
+    return sorted((event for event in events if trigger(event) > after), key=trigger)
 
 
 def incremental_run(dsn: str, master: str, out: Path, logs: Path | None) -> dict[str, Any]:
