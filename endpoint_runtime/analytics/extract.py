@@ -48,6 +48,12 @@ class Manifest:
     pending: dict[str, list[str]] = field(default_factory=lambda: {t: [] for t in TABLES})
     """Files the live mode added (listed in ``files`` too) whose days the next run
     recomputes: their minutes are current, their other tables not yet."""
+    expired_before: str | None = None
+    """The latest retention cutoff applied (``--keep-days``, ``yyyy-MM-dd``), ``None`` if no
+    run applied one: until then every conversation of the extract's rows (but those of
+    pending files) is in the ``conversations`` table under its start day, which the
+    incremental runs read instead of the extract's rows (:mod:`~endpoint_runtime.analytics.
+    conversations`)."""
 
     def advanced(self, horizon: int, new_files: dict[str, list[str]],
                  new_nulls: dict[str, int]) -> Manifest:
@@ -93,7 +99,8 @@ def expired(manifest: Manifest, before: str) -> tuple[Manifest, list[str]]:
             (dropped if day is not None and day < before else kept[table]).append(name)
     gone = set(dropped)
     pending = {t: [n for n in names if n not in gone] for t, names in manifest.pending.items()}
-    return replace(manifest, files=kept, pending=pending), dropped
+    cutoff = max(before, manifest.expired_before or before)
+    return replace(manifest, files=kept, pending=pending, expired_before=cutoff), dropped
 
 
 def load(root: Path) -> Manifest:
@@ -106,7 +113,8 @@ def load(root: Path) -> Manifest:
     return Manifest(horizon=data["horizon"], files={t: list(data["files"].get(t, []))
                                                     for t in TABLES},
                     null_counts=dict(data.get("null_counts", {})), runs=int(data["runs"]),
-                    pending={t: list(data.get("pending", {}).get(t, [])) for t in TABLES})
+                    pending={t: list(data.get("pending", {}).get(t, [])) for t in TABLES},
+                    expired_before=data.get("expired_before"))
 
 
 def save(root: Path, manifest: Manifest) -> None:
@@ -114,7 +122,7 @@ def save(root: Path, manifest: Manifest) -> None:
     root.mkdir(parents=True, exist_ok=True)
     data = {"version": VERSION, "horizon": manifest.horizon, "runs": manifest.runs,
             "files": manifest.files, "null_counts": manifest.null_counts,
-            "pending": manifest.pending}
+            "pending": manifest.pending, "expired_before": manifest.expired_before}
     temporary = root / f".{MANIFEST}.{uuid.uuid4().hex}"
     with temporary.open("w", encoding="utf-8") as file:
         json.dump(data, file, indent=1)

@@ -73,6 +73,9 @@ class Inputs:
     old_audit: DataFrame | None = None
     new_audit: DataFrame | None = None
     new_errors: DataFrame | None = None
+    known_conversations: DataFrame | None = None
+    """The ``conversations`` table of the runs before, when it holds every conversation of
+    ``old_audit`` (``conversations.touched_days``)."""
 
 
 def utc(value: Any) -> Any:
@@ -245,14 +248,17 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
     new_audit = frame(AUDIT_LOG, "audit", [*manifest.pending["audit"], *new_files["audit"]])
     new_errors = frame(ERROR_LOG, "errors", [*manifest.pending["errors"],
                                              *new_files["errors"]])
+    # Until retention deletes a day, the table holds every conversation of the old rows.
+    known = None if first or manifest.expired_before is not None else outputs.read(
+        spark, result.parquet / "conversations")
     manifest = manifest.advanced(horizon, new_files, new_nulls)
     result.null_counts = dict(manifest.null_counts)
     inputs = Inputs(audit=old_audit.unionByName(new_audit),
                     errors=old_errors.unionByName(new_errors), old_audit=old_audit,
-                    new_audit=new_audit, new_errors=new_errors)
+                    new_audit=new_audit, new_errors=new_errors, known_conversations=known)
     if first:
         return manifest, inputs, None, None  # the first rows: everything is new
-    conversation_days = touched_days(old_audit, new_audit, new_errors) if days else set()
+    conversation_days = touched_days(old_audit, new_audit, new_errors, known) if days else set()
     return manifest, inputs, days, conversation_days
 
 
@@ -316,7 +322,8 @@ def _aggregate(spark: SparkSession, inputs: Inputs, result: ReportResult,
         written.update(outputs.publish(flow_edges(audit), parquet / "flow_edges", days))
     with progress.stage("conversations", "conversations end to end"):
         rows = conversations(inputs.audit, inputs.errors) if conversation_days is None else \
-            conversations_of_days(inputs.audit, inputs.errors, conversation_days)
+            conversations_of_days(inputs.audit, inputs.errors, conversation_days,
+                                  inputs.known_conversations)
         written.update(outputs.publish(rows, parquet / "conversations", conversation_days))
     result.days = sorted(written | (days or set()) | (conversation_days or set()))
 

@@ -82,7 +82,8 @@ async def test_compaction_merges_a_crowded_day_and_a_stop_anywhere_loses_nothing
     manifest = extract.load(root)
     for name in extract.TABLES:
         (again,) = manifest.files[name]
-        assert again.endswith("-compacted.parquet") and again != merged[name]
+        assert again.endswith("-compacted.parquet")
+        assert again != merged[name]
         assert on_disk(root, name) == [again]
     rows = spark.read.parquet(*(str(root / name) for name in manifest.files["audit"]))
     assert rows.count() == 9 == rows.select("message_id").distinct().count()

@@ -95,7 +95,10 @@ async def test_a_late_commit_is_read_by_the_next_run_and_its_day_recomputed(
 async def test_conversations_stay_whole_in_the_day_they_started(
         spark: SparkSession, database_dsn: str, tmp_path: Path) -> None:
     """Ten conversations of day 1 and one that starts at 23:59:50 and ends after midnight;
-    the nightly pattern used to replace day 1 with the one conversation of the next run."""
+    the nightly pattern used to replace day 1 with the one conversation of the next run.
+    Conversations y and z get their first message a run late: z's moves its start two days
+    back, to a day whose partition the next run writes anyway, away from a day the new rows
+    do not touch (that day must be rewritten without z)."""
     midnight = DAY1 + timedelta(days=1)
     day1 = orders("c", DAY1 + timedelta(hours=12), 10)
     cross = audit_row("x-1", "Orders.PlaceOrder", "web", "sales", "x", None,
@@ -103,29 +106,34 @@ async def test_conversations_stay_whole_in_the_day_they_started(
     # Conversation y: its follow-up arrives first, its first message a run later.
     follow = audit_row("y-2", "Orders.OrderPlaced", "sales", "billing", "y", "y-1",
                        midnight + timedelta(hours=2), 5.0, 50.0)
-    await insert(database_dsn, [*day1, cross, follow])
+    z_follow = audit_row("z-2", "Orders.OrderPlaced", "sales", "billing", "z", "z-1",
+                         midnight + timedelta(days=1, hours=10), 5.0, 50.0)
+    await insert(database_dsn, [*day1, cross, follow, z_follow])
     report(spark, database_dsn, tmp_path)
     started = {row["conversation_id"]: row["day"]
                for row in table(spark, tmp_path, "conversations")}
-    assert started["y"] == "2026-03-03"
+    assert (started["y"], started["z"]) == ("2026-03-03", "2026-03-04")
     await insert(database_dsn, [
         audit_row("x-2", "Orders.OrderPlaced", "sales", "billing", "x", "x-1",
                   midnight + timedelta(seconds=20), 5.0, 25.0),
         audit_row("y-1", "Orders.PlaceOrder", "web", "sales", "y", None,
                   midnight - timedelta(minutes=5), 5.0, 50.0),
+        audit_row("z-1", "Orders.PlaceOrder", "web", "sales", "z", None,
+                  DAY1 + timedelta(hours=13), 5.0, 50.0),
         *orders("d", midnight + timedelta(hours=9), 3)],
         [error_row(1, "Orders.OrderPlaced", "sales", "billing",
                    midnight + timedelta(minutes=3), "System.TimeoutException", "late",
                    conversation="x")])
     second = report(spark, database_dsn, tmp_path)
-    assert second.days == ["2026-03-02", "2026-03-03"]
-    conversations = {row["conversation_id"]: row
-                     for row in table(spark, tmp_path, "conversations")}
-    assert len(conversations) == 15  # c-0..9, x, y, d-0..2: each once
+    assert second.days == ["2026-03-02", "2026-03-03", "2026-03-04"]
+    rows = table(spark, tmp_path, "conversations")
+    conversations = {row["conversation_id"]: row for row in rows}
+    assert len(rows) == len(conversations) == 16  # c-0..9, x, y, z, d-0..2: each once
     by_day: dict[str, list[str]] = defaultdict(list)
     for name, row in conversations.items():
         by_day[row["day"]].append(name)
-    assert sorted(by_day["2026-03-02"]) == sorted([f"c-{i}" for i in range(10)] + ["x", "y"])
+    assert sorted(by_day["2026-03-02"]) == sorted([f"c-{i}" for i in range(10)] +
+                                                  ["x", "y", "z"])
     assert sorted(by_day["2026-03-03"]) == ["d-0", "d-1", "d-2"]
     x = conversations["x"]
     assert (x["messages"], x["failed"], x["endpoints"]) == (2, 1, ["billing", "sales"])
@@ -189,6 +197,33 @@ async def test_a_run_stopped_before_its_horizon_is_rerun_idempotently(
         sorted(listed)
     rows = spark.read.parquet(*(str(tmp_path / "extract" / name) for name in listed))
     assert rows.count() == 11 == rows.select("message_id").distinct().count()
+
+
+async def test_after_retention_the_extract_decides_which_conversations_started_before(
+        spark: SparkSession, database_dsn: str, tmp_path: Path) -> None:
+    """Until retention runs, a run takes the start days of old conversations from the
+    ``conversations`` table; after it, from the extract's rows. Conversation s starts the
+    day before the cutoff and is processed just after midnight: retention deletes its start
+    day from the table, while the extract keeps its row (a processing day). Its next row
+    must not make it look new: from the table alone it would be written into that day, one
+    message long."""
+    cutoff = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - \
+        timedelta(days=3)  # --keep-days 3
+    options = ReportOptions(dsn=database_dsn, out=tmp_path, render=False, keep_days=3)
+    first = audit_row("s-1", "Orders.PlaceOrder", "web", "sales", "s", None,
+                      cutoff + timedelta(seconds=10), 5.0, 20_000.0)  # sent 23:59:50
+    await insert(database_dsn, [first, *orders("k", cutoff + timedelta(days=1, hours=10), 2)])
+    run_report(options, spark)
+    assert extract.load(tmp_path / "extract").expired_before == cutoff.date().isoformat()
+    assert "s" not in {row["conversation_id"] for row in table(spark, tmp_path, "conversations")}
+    later = cutoff + timedelta(days=2, hours=10)
+    await insert(database_dsn, [
+        audit_row("s-2", "Orders.OrderPlaced", "sales", "billing", "s", "s-1", later, 5.0,
+                  50.0), *orders("m", later, 2)])
+    second = run_report(options, spark)
+    assert second.audit_rows == 3
+    rows = table(spark, tmp_path, "conversations")
+    assert sorted(row["conversation_id"] for row in rows) == ["k-0", "k-1", "m-0", "m-1"]
 
 
 def week(seed: int = 11) -> list[tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]]:

@@ -1,0 +1,44 @@
+"""The extract's manifest without Spark: retention's cutoff is kept (and only moves forward),
+saved and loaded, and a manifest written before the field existed loads without one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from endpoint_runtime.analytics import extract
+
+AUDIT = ["audit/day=2026-03-01/a.parquet", "audit/day=2026-03-03/b.parquet"]
+
+
+def manifest() -> extract.Manifest:
+    return extract.Manifest(horizon=7, files={"audit": list(AUDIT), "errors": []}, runs=2)
+
+
+def test_retention_keeps_its_cutoff_and_the_later_of_two(tmp_path: Path) -> None:
+    kept, dropped = extract.expired(manifest(), "2026-03-02")
+    assert dropped == [AUDIT[0]]
+    assert kept.files["audit"] == [AUDIT[1]]
+    assert kept.expired_before == "2026-03-02"
+    again, _ = extract.expired(kept, "2026-02-20")  # a shorter --keep-days later on
+    assert again.expired_before == "2026-03-02"
+    extract.save(tmp_path, again)
+    assert extract.load(tmp_path).expired_before == "2026-03-02"
+
+
+def test_a_cutoff_is_kept_also_when_nothing_was_old_enough() -> None:
+    """Retention deletes the tables' days by the same cutoff: a conversation's start day can
+    go while its rows (processed the next day) stay in the extract."""
+    kept, dropped = extract.expired(manifest(), "2026-02-01")
+    assert dropped == []
+    assert kept.expired_before == "2026-02-01"
+
+
+def test_a_manifest_without_retention_loads_as_never_expired(tmp_path: Path) -> None:
+    extract.save(tmp_path, manifest())
+    assert extract.load(tmp_path).expired_before is None
+    data = json.loads((tmp_path / extract.MANIFEST).read_text(encoding="utf-8"))
+    del data["expired_before"]  # written by the version before the field
+    (tmp_path / extract.MANIFEST).write_text(json.dumps(data), encoding="utf-8")
+    loaded = extract.load(tmp_path)
+    assert (loaded.expired_before, loaded.horizon, loaded.files["audit"]) == (None, 7, AUDIT)
