@@ -34,6 +34,9 @@ MANIFEST = "manifest.json"
 STAGING = "_staging"
 VERSION = 1
 TABLES = ("audit", "errors")
+RETENTION_UNKNOWN = "0000-00-00"
+"""``expired_before`` of a manifest written before the field existed: whether retention ran
+is not known, so it counts as having run (before every day)."""
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,11 @@ class Manifest:
     """Files the live mode added (listed in ``files`` too) whose days the next run
     recomputes: their minutes are current, their other tables not yet."""
     expired_before: str | None = None
-    """The latest retention cutoff applied (``--keep-days``, ``yyyy-MM-dd``), ``None`` if no
-    run applied one: until then every conversation of the extract's rows (but those of
-    pending files) is in the ``conversations`` table under its start day, which the
-    incremental runs read instead of the extract's rows (:mod:`~endpoint_runtime.analytics.
-    conversations`)."""
+    """The latest retention cutoff applied (``--keep-days``, ``yyyy-MM-dd``;
+    ``RETENTION_UNKNOWN`` for a manifest written before the field), ``None`` if no run
+    applied one: until then every conversation of the extract's rows (but those of pending
+    files) is in the ``conversations`` table under its start day, which the incremental runs
+    read instead of the extract's rows (:mod:`~endpoint_runtime.analytics.conversations`)."""
 
     def advanced(self, horizon: int, new_files: dict[str, list[str]],
                  new_nulls: dict[str, int]) -> Manifest:
@@ -114,7 +117,7 @@ def load(root: Path) -> Manifest:
                                                     for t in TABLES},
                     null_counts=dict(data.get("null_counts", {})), runs=int(data["runs"]),
                     pending={t: list(data.get("pending", {}).get(t, [])) for t in TABLES},
-                    expired_before=data.get("expired_before"))
+                    expired_before=data.get("expired_before", RETENTION_UNKNOWN))
 
 
 def save(root: Path, manifest: Manifest) -> None:

@@ -142,6 +142,7 @@ def run(options: ReportOptions, spark: SparkSession | None = None,
                 manifest, merged = compacted(spark, out / "extract", manifest, SCHEMAS,
                                              options.compact_at, _run_id())
                 extract.save(out / "extract", manifest)
+                outputs.clear_interrupted(result.parquet)  # its days are redone now
                 dropped.extend(merged)
                 _expire(out, dropped, options.keep_days)
                 result.horizon = manifest.horizon
@@ -248,8 +249,11 @@ def _incremental(spark: SparkSession, reader: Reader, result: ReportResult,
     new_audit = frame(AUDIT_LOG, "audit", [*manifest.pending["audit"], *new_files["audit"]])
     new_errors = frame(ERROR_LOG, "errors", [*manifest.pending["errors"],
                                              *new_files["errors"]])
-    # Until retention deletes a day, the table holds every conversation of the old rows.
-    known = None if first or manifest.expired_before is not None else outputs.read(
+    # The table holds every conversation of the old rows under its start day, unless
+    # retention deleted a day or a publish stopped half-way (a day moved aside): then the
+    # old rows decide, as the run that stopped did.
+    known = None if (first or manifest.expired_before is not None
+                     or outputs.interrupted(result.parquet)) else outputs.read(
         spark, result.parquet / "conversations")
     manifest = manifest.advanced(horizon, new_files, new_nulls)
     result.null_counts = dict(manifest.null_counts)

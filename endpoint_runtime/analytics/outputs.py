@@ -55,6 +55,19 @@ def publish(frame: DataFrame, table: Path, days: Collection[str] | None) -> list
     return written
 
 
+def interrupted(parquet: Path) -> bool:
+    """Whether a run stopped in the middle of a publish into ``parquet``: its staging is
+    still there, and a day of a table may be missing (moved aside, the new one not yet in)."""
+    staging = parquet / STAGING
+    return staging.is_dir() and any(staging.iterdir())
+
+
+def clear_interrupted(parquet: Path) -> None:
+    """Delete what stopped publishes left (under the output's lock, once the run that redid
+    their days has published)."""
+    shutil.rmtree(parquet / STAGING, ignore_errors=True)
+
+
 def _keep_schema(schema: StructType, table: Path) -> None:
     """The table's columns beside it (replaced atomically): a reader that is not given them
     needs no Spark job to infer them from the files' footers."""

@@ -169,10 +169,20 @@ async def test_a_conversation_with_a_row_before_the_recomputed_days_stays_whole(
 async def test_a_run_stopped_before_its_horizon_is_rerun_idempotently(
         spark: SparkSession, database_dsn: str, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    await insert(database_dsn, orders("a", DAY1 + timedelta(hours=10), 5))
+    """The run stops after its partitions, before its manifest; one of its days of
+    ``conversations`` is left out as by a stop inside ``outputs.publish`` (moved aside, its
+    new one not yet in). The rerun must take conversation starts from the rows, not from the
+    table: else conversation q (started that day, its follow-up among the new rows) and the
+    day are lost."""
+    await insert(database_dsn, [
+        *orders("a", DAY1 + timedelta(hours=10), 5),
+        audit_row("q-1", "Orders.PlaceOrder", "web", "sales", "q", None,
+                  DAY1 - timedelta(hours=14), 5.0, 50.0)])
     report(spark, database_dsn, tmp_path)
     await insert(database_dsn, [*orders("b", DAY1 + timedelta(hours=11), 4),
-                                *orders("c", DAY1 + timedelta(days=1), 2)])
+                                *orders("c", DAY1 + timedelta(days=1), 2),
+                                audit_row("q-2", "Orders.OrderPlaced", "sales", "billing", "q",
+                                          "q-1", DAY1 + timedelta(days=1, hours=9), 5.0, 50.0)])
 
     class Stopped(Exception):
         pass
@@ -184,37 +194,48 @@ async def test_a_run_stopped_before_its_horizon_is_rerun_idempotently(
     with pytest.raises(Stopped):
         report(spark, database_dsn, tmp_path)
     monkeypatch.undo()
+    counts = {"2026-03-01": 1, "2026-03-02": 9, "2026-03-03": 3}
     # The partitions of the stopped run are out; its extract files are not listed.
-    assert day_counts(spark, tmp_path) == {"2026-03-02": 9, "2026-03-03": 2}
+    assert day_counts(spark, tmp_path) == counts
     assert len(list((tmp_path / "extract" / "audit").glob("day=*/*.parquet"))) > len(
         extract.load(tmp_path / "extract").files["audit"])
+    aside = tmp_path / "parquet" / "_staging" / "stopped-run" / "old"
+    aside.mkdir(parents=True)
+    (tmp_path / "parquet" / "conversations" / "day=2026-03-01").rename(
+        aside / "day=2026-03-01")
     rerun = report(spark, database_dsn, tmp_path)
-    assert rerun.audit_rows == 6
-    assert day_counts(spark, tmp_path) == {"2026-03-02": 9, "2026-03-03": 2}
+    assert rerun.audit_rows == 7
+    assert day_counts(spark, tmp_path) == counts
     listed = extract.load(tmp_path / "extract").files["audit"]
     assert sorted(str(p.relative_to(tmp_path / "extract"))
                   for p in (tmp_path / "extract" / "audit").glob("day=*/*.parquet")) == \
         sorted(listed)
     rows = spark.read.parquet(*(str(tmp_path / "extract" / name) for name in listed))
-    assert rows.count() == 11 == rows.select("message_id").distinct().count()
+    assert rows.count() == 13 == rows.select("message_id").distinct().count()
+    conversations = table(spark, tmp_path, "conversations")
+    assert len(conversations) == 12  # a-0..4, b-0..3, c-0..1, q: each once
+    [q] = [row for row in conversations if row["conversation_id"] == "q"]
+    assert (q["day"], q["messages"]) == ("2026-03-01", 2)
+    assert not (tmp_path / "parquet" / "_staging").exists()  # cleared once redone
 
 
 async def test_after_retention_the_extract_decides_which_conversations_started_before(
-        spark: SparkSession, database_dsn: str, tmp_path: Path) -> None:
+        spark: SparkSession, database_dsn: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Until retention runs, a run takes the start days of old conversations from the
     ``conversations`` table; after it, from the extract's rows. Conversation s starts the
     day before the cutoff and is processed just after midnight: retention deletes its start
     day from the table, while the extract keeps its row (a processing day). Its next row
     must not make it look new: from the table alone it would be written into that day, one
     message long."""
-    cutoff = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0) - \
-        timedelta(days=3)  # --keep-days 3
+    cutoff = DAY1 + timedelta(days=1)  # --keep-days as if run on 2026-03-06
+    monkeypatch.setattr(job, "_cutoff", lambda keep_days: cutoff.date().isoformat())
     options = ReportOptions(dsn=database_dsn, out=tmp_path, render=False, keep_days=3)
     first = audit_row("s-1", "Orders.PlaceOrder", "web", "sales", "s", None,
                       cutoff + timedelta(seconds=10), 5.0, 20_000.0)  # sent 23:59:50
     await insert(database_dsn, [first, *orders("k", cutoff + timedelta(days=1, hours=10), 2)])
     run_report(options, spark)
-    assert extract.load(tmp_path / "extract").expired_before == cutoff.date().isoformat()
+    assert extract.load(tmp_path / "extract").expired_before == "2026-03-03"
     assert "s" not in {row["conversation_id"] for row in table(spark, tmp_path, "conversations")}
     later = cutoff + timedelta(days=2, hours=10)
     await insert(database_dsn, [

@@ -1,5 +1,5 @@
 """The extract's manifest without Spark: retention's cutoff is kept (and only moves forward),
-saved and loaded, and a manifest written before the field existed loads without one."""
+saved and loaded; a manifest written before the field existed counts as expired."""
 
 from __future__ import annotations
 
@@ -34,11 +34,16 @@ def test_a_cutoff_is_kept_also_when_nothing_was_old_enough() -> None:
     assert kept.expired_before == "2026-02-01"
 
 
-def test_a_manifest_without_retention_loads_as_never_expired(tmp_path: Path) -> None:
+def test_a_manifest_from_before_the_field_counts_as_expired(tmp_path: Path) -> None:
+    """Saved now without retention: never expired. Saved by the version before the field:
+    unknown, so counted as expired (a retention run then may have cut a conversation's
+    start day from the table), and the next cutoff replaces the unknown one."""
     extract.save(tmp_path, manifest())
     assert extract.load(tmp_path).expired_before is None
     data = json.loads((tmp_path / extract.MANIFEST).read_text(encoding="utf-8"))
-    del data["expired_before"]  # written by the version before the field
+    del data["expired_before"]
     (tmp_path / extract.MANIFEST).write_text(json.dumps(data), encoding="utf-8")
     loaded = extract.load(tmp_path)
-    assert (loaded.expired_before, loaded.horizon, loaded.files["audit"]) == (None, 7, AUDIT)
+    assert (loaded.expired_before, loaded.horizon, loaded.files["audit"]) == (
+        extract.RETENTION_UNKNOWN, 7, AUDIT)
+    assert extract.expired(loaded, "2026-02-01")[0].expired_before == "2026-02-01"
