@@ -117,10 +117,8 @@ def conversations_of_days(audit: DataFrame, errors: DataFrame, days: Collection[
     # that the rest have all their rows among the recent ones. Known from the table's
     # start days when it is given (a fifth of the rows or less), else from the rows'
     # conversation ids (one column of every earlier row).
-    if known is None:
-        before = audit.where(F.col("day") < earliest).select("conversation_id")
-    else:
-        before = known.where(F.col("day") < earliest).select("conversation_id")
+    starts = audit if known is None else known  # ``day``: its processing or its start day
+    before = starts.where(F.col("day") < earliest).select("conversation_id")
     candidates = (recent.select("conversation_id").where(F.col("conversation_id").isNotNull())
                   .distinct().join(before, "conversation_id", "left_anti"))
     rows = recent.join(candidates, "conversation_id", "left_semi")
