@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
+from endpoint_runtime.analytics import local_files
 from endpoint_runtime.analytics.prerequisites import Prerequisites
 
 APP_NAME = "endpoint-runtime report"
@@ -104,11 +105,13 @@ def start(master: str | None, prerequisites: Prerequisites,
     if not submitted:  # under spark-submit the driver's JVM already runs
         defaults["spark.driver.extraJavaOptions"] = (
             f"-Dlog4j2.configurationFile=file:{_log_configuration()}")
+    files = (local_files.settings(prerequisites.java, dict(conf))
+             if local and not submitted else {})  # file: paths without a chmod per file
     for key, value in defaults.items():
         if not given.contains(key):
             builder = builder.config(key, value)
-    for key, value in conf:
-        if key != "spark.jars":
+    for key, value in [*conf, *files.items()]:
+        if key != "spark.jars":  # the class path in files holds the user's own first
             builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

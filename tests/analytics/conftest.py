@@ -3,7 +3,10 @@ two cores, against the session's PostgreSQL server (the embedded one through its
 
 from __future__ import annotations
 
+import os
+import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
@@ -14,9 +17,28 @@ from tests.support.cli import quiet_logging
 
 
 @pytest.fixture(scope="session")
-def spark(server_dsn: str) -> Iterator[SparkSession]:
+def chmod_calls(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's JVM notes each ``chmod`` process it starts (its PATH leads to a
+    ``chmod`` that notes its arguments, then runs the real one)."""
+    folder = tmp_path_factory.mktemp("chmod")
+    calls = folder / "calls"
+    calls.touch()
+    script = folder / "chmod"
+    script.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {shutil.which("chmod")} "$@"\n',
+                      encoding="utf-8")
+    script.chmod(0o755)
+    return calls
+
+
+@pytest.fixture(scope="session")
+def spark(server_dsn: str, chmod_calls: Path) -> Iterator[SparkSession]:
     found = prerequisites.check(jdbc_target(server_dsn).unix_socket)
-    spark = session.start("local[2]", found)
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{chmod_calls.parent}{os.pathsep}{path}"  # the JVM's, at its start
+    try:
+        spark = session.start("local[2]", found)
+    finally:
+        os.environ["PATH"] = path
     # The test sets are tiny: fewer shuffle tasks per aggregation keep each run short, and
     # without adaptive execution each query runs as one Spark job (adaptive execution
     # submits every shuffle stage as a job of its own, to re-plan after it: nothing to

@@ -2,7 +2,7 @@
 percentiles (from the KLL sketches: exact for groups of up to k values), failure rates,
 exceptions, flow edges and conversations; an ad-hoc window limits the input and moves no
 horizon; an empty database gives an empty, readable report; the HTML page and its PNGs are
-written."""
+written; no ``chmod`` process is started for its files."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import asyncio
 import json
 import math
 import os
+import stat
 import struct
 from collections.abc import Iterator
 from datetime import UTC, timedelta
@@ -20,7 +21,7 @@ import asyncpg
 import pytest
 from pyspark.sql import SparkSession
 
-from endpoint_runtime.analytics import ReportOptions, run_report
+from endpoint_runtime.analytics import ReportOptions, local_files, prerequisites, run_report
 from endpoint_runtime.analytics.result import ReportResult
 from endpoint_runtime.cli import main
 from endpoint_runtime.connections.embedded import with_database
@@ -240,3 +241,34 @@ def test_plot_series_have_every_bucket(report: ReportResult) -> None:
     assert math.isnan(sales[1].failure_rate)
     assert math.isnan(sales[1].duration("critical_ms")[0])
     assert (sales[-1].bucket, sales[-1].processed, sales[-1].failure_rate) == (DAY2, 20, 0.0)
+
+
+def test_a_local_report_starts_no_chmod_and_files_keep_hadoops_permissions(
+        spark: SparkSession, report: ReportResult, tmp_path: Path, chmod_calls: Path) -> None:
+    """Hadoop's local file system, without its native library, starts a ``chmod`` process
+    per file and directory it writes; the report's does not (endpoint_runtime/analytics/
+    local_files.py). The session's JVM notes every ``chmod`` it starts (conftest.py)."""
+    if local_files.jar(prerequisites.find_java()[0]) is None:
+        pytest.skip("no javac beside java: Spark keeps Hadoop's chmod processes by design")
+    jvm = spark._jvm
+    assert jvm is not None
+    hadoop = spark._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+    root = jvm.java.net.URI("file:///")
+    # The check can fail: Hadoop's own local file system starts one for a directory.
+    stock = jvm.org.apache.hadoop.fs.RawLocalFileSystem()
+    stock.initialize(root, hadoop)
+    stock.mkdirs(jvm.org.apache.hadoop.fs.Path(str(tmp_path / "stock")))
+    assert str(tmp_path / "stock") in chmod_calls.read_text(encoding="utf-8")
+    files = jvm.org.apache.hadoop.fs.FileSystem.get(root, hadoop)
+    assert files.getClass().getName() == local_files.CLASS
+    assert str(report.out) not in chmod_calls.read_text(encoding="utf-8")
+    written = sorted((report.parquet / "minutes").glob("day=*/*.parquet"))
+    assert written
+    assert stat.S_IMODE(written[0].stat().st_mode) == 0o644  # Hadoop's default, umask 022
+    assert stat.S_IMODE(written[0].parent.stat().st_mode) == 0o755
+    mine = tmp_path / "mine"
+    mine.write_text("x", encoding="utf-8")
+    files.setPermission(jvm.org.apache.hadoop.fs.Path(str(mine)),
+                        jvm.org.apache.hadoop.fs.permission.FsPermission(0o640))
+    assert stat.S_IMODE(mine.stat().st_mode) == 0o640  # by the system call
+    assert str(mine) not in chmod_calls.read_text(encoding="utf-8")
