@@ -272,3 +272,13 @@ def test_a_local_report_starts_no_chmod_and_files_keep_hadoops_permissions(
                         jvm.org.apache.hadoop.fs.permission.FsPermission(0o640))
     assert stat.S_IMODE(mine.stat().st_mode) == 0o640  # by the system call
     assert str(mine) not in chmod_calls.read_text(encoding="utf-8")
+
+
+def test_the_reports_session_captures_no_python_call_sites(report: ReportResult) -> None:
+    """PySpark's DataFrame debugging (a py4j round trip or five per column function, about
+    half a small run's calls) is off in the report's session, as PySpark reads it: once, at
+    the process's first DataFrame call (session.start sets it before any)."""
+    from pyspark.errors.utils import is_debugging_enabled
+
+    assert report.audit_rows > 0  # the report ran in this process's session
+    assert is_debugging_enabled() is False
