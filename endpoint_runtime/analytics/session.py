@@ -6,16 +6,20 @@ are defaults that ``spark-submit --conf`` overrides.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
 
 from pyspark import SparkConf
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from endpoint_runtime.analytics import local_files
 from endpoint_runtime.analytics.prerequisites import Prerequisites
+
+log = logging.getLogger(__name__)
 
 APP_NAME = "endpoint-runtime report"
 LOCAL_MASTER = "local[*]"
@@ -82,17 +86,17 @@ def start(master: str | None, prerequisites: Prerequisites,
     if "JAVA_HOME" not in os.environ:
         os.environ["JAVA_HOME"] = os.path.dirname(os.path.dirname(
             os.path.realpath(prerequisites.java)))
-    given = SparkConf()
-    builder = SparkSession.builder.appName(APP_NAME)
+    given = SparkConf(loadDefaults=False)  # the user's --conf only, not a running JVM's
+    settings: dict[str, str] = {"spark.app.name": APP_NAME}
     if master is not None:
-        builder = builder.master(master)
+        settings["spark.master"] = master
     for key, value in conf:
         given.set(key, value)
     jars = [*prerequisites.jars]
     if given.contains("spark.jars"):
         jars.insert(0, given.get("spark.jars") or "")
-    builder = builder.config("spark.jars", ",".join(jar for jar in jars if jar))
-    builder = builder.config("spark.sql.session.timeZone", "UTC")
+    settings["spark.jars"] = ",".join(jar for jar in jars if jar)
+    settings["spark.sql.session.timeZone"] = "UTC"
     defaults = {
         "spark.sql.shuffle.partitions": SHUFFLE_PARTITIONS,
         "spark.ui.showConsoleProgress": str(sys.stderr.isatty()).lower(),
@@ -110,14 +114,26 @@ def start(master: str | None, prerequisites: Prerequisites,
     if not submitted:  # under spark-submit the driver's JVM already runs
         defaults["spark.driver.extraJavaOptions"] = (
             f"-Dlog4j2.configurationFile=file:{_log_configuration()}")
-    files = (local_files.settings(prerequisites.java, dict(conf))
-             if local and not submitted else {})  # file: paths without a chmod per file
-    for key, value in defaults.items():
-        if not given.contains(key):
-            builder = builder.config(key, value)
-    for key, value in [*conf, *files.items()]:
-        if key != "spark.jars":  # the class path in files holds the user's own first
-            builder = builder.config(key, value)
+    settings.update((key, value) for key, value in defaults.items() if not given.contains(key))
+    settings.update((key, value) for key, value in conf if key != "spark.jars")
+    files = (local_files.settings(prerequisites.java, dict(conf))  # no chmod per file
+             if master is not None and local_files.applies(master) and not submitted else {})
+    if not files:
+        return _started(settings)
+    try:
+        spark = _started({**settings, **files})  # the class path holds the user's own first
+    except PySparkRuntimeError as error:  # its JVM did not start: once more without
+        log.warning("report: Spark keeps Hadoop's chmod processes (its JVM did not start "
+                    "with %s: %s)", local_files.CLASS, error)
+        return _started(settings)
+    local_files.verify(spark)
+    return spark
+
+
+def _started(settings: dict[str, str]) -> SparkSession:
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark

@@ -274,11 +274,13 @@ def test_a_local_report_starts_no_chmod_and_files_keep_hadoops_permissions(
     assert str(mine) not in chmod_calls.read_text(encoding="utf-8")
 
 
-def test_the_reports_session_captures_no_python_call_sites(report: ReportResult) -> None:
+def test_the_reports_session_captures_no_python_call_sites(
+        spark: SparkSession, report: ReportResult) -> None:
     """PySpark's DataFrame debugging (a py4j round trip or five per column function, about
     half a small run's calls) is off in the report's session, as PySpark reads it: once, at
     the process's first DataFrame call (session.start sets it before any)."""
     from pyspark.errors.utils import is_debugging_enabled
 
     assert report.audit_rows > 0  # the report ran in this process's session
+    assert spark.conf.get("spark.python.sql.dataFrameDebugging.enabled") == "false"
     assert is_debugging_enabled() is False

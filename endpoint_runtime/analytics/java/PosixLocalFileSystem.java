@@ -42,7 +42,11 @@ public class PosixLocalFileSystem extends LocalFileSystem {
           set.add(BITS[bit]);
         }
       }
-      Files.setPosixFilePermissions(pathToFile(path).toPath(), set);
+      try {
+        Files.setPosixFilePermissions(pathToFile(path).toPath(), set);
+      } catch (UnsupportedOperationException notPosix) { // a file system without modes
+        super.setPermission(path, permission);
+      }
     }
   }
 }
