@@ -60,19 +60,17 @@ def settings(java: str, given: dict[str, str]) -> dict[str, str]:
     return {FILE_SYSTEM_KEY: CLASS, CLASS_PATH_KEY: class_path}
 
 
-def verify(spark: Any) -> bool:
-    """Whether the session's JVM uses the file system for ``file:`` paths; if it cannot load
-    it, Hadoop's own is put back (logged) rather than every write failing."""
+def verify(spark: Any) -> None:
+    """If the session's JVM cannot load the file system, put Hadoop's own back (logged)
+    rather than let every write fail."""
     jvm = spark._jvm
     hadoop = spark._jsc.hadoopConfiguration()
     try:
-        found = jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), hadoop)
+        jvm.org.apache.hadoop.fs.FileSystem.get(jvm.java.net.URI("file:///"), hadoop)
     except Exception as error:  # py4j's error: the class is not on the JVM's class path
         log.warning("report: Spark keeps Hadoop's chmod processes (%s did not load: %s)",
                     CLASS, str(error).splitlines()[0] if str(error) else type(error).__name__)
         hadoop.unset("fs.file.impl")
-        return False
-    return bool(found.getClass().getName() == CLASS)
 
 
 @functools.cache
@@ -116,15 +114,13 @@ def _build(javac: Path, hadoop: Path, target: Path) -> None:
         subprocess.run([str(javac), "--release", "17", "-nowarn", "-cp", str(hadoop),
                         "-d", str(classes), str(SOURCE)],
                        check=True, capture_output=True, timeout=300)
-        staged = Path(work) / target.name
-        with zipfile.ZipFile(staged, "w") as archive:  # a jar is a zip of the classes
-            for path in sorted(classes.rglob("*.class")):
-                archive.write(path, path.relative_to(classes).as_posix())
         # Whole or absent, also with two reports building at once.
         with tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.",
                                          delete=False) as partial:
             try:
-                partial.write(staged.read_bytes())
+                with zipfile.ZipFile(partial, "w") as archive:  # a jar: a zip of the classes
+                    for path in sorted(classes.rglob("*.class")):
+                        archive.write(path, path.relative_to(classes).as_posix())
                 partial.flush()
                 os.fsync(partial.fileno())
                 partial.close()
@@ -145,16 +141,12 @@ def _settings_elsewhere() -> bool:
 
 
 def _hadoop_jar() -> Path | None:
-    """Hadoop's client API jar among the jars Spark starts with."""
-    import pyspark
+    """Hadoop's client API jar among the jars Spark starts with (in the Spark home PySpark
+    launches)."""
+    from pyspark.find_spark_home import _find_spark_home
 
-    homes = [Path(os.environ["SPARK_HOME"])] if os.environ.get("SPARK_HOME") else []
-    homes.append(Path(pyspark.__file__).parent)
-    for home in homes:
-        found = sorted((home / "jars").glob("hadoop-client-api-*.jar"))
-        if found:
-            return found[-1]
-    return None
+    found = sorted((Path(_find_spark_home()) / "jars").glob("hadoop-client-api-*.jar"))
+    return found[-1] if found else None
 
 
 def _cache() -> Path:

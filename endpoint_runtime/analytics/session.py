@@ -12,7 +12,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Sequence
 
-from pyspark import SparkConf
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
@@ -86,15 +85,13 @@ def start(master: str | None, prerequisites: Prerequisites,
     if "JAVA_HOME" not in os.environ:
         os.environ["JAVA_HOME"] = os.path.dirname(os.path.dirname(
             os.path.realpath(prerequisites.java)))
-    given = SparkConf(loadDefaults=False)  # the user's --conf only, not a running JVM's
+    user = dict(conf)  # the --conf settings, which win over the defaults here
     settings: dict[str, str] = {"spark.app.name": APP_NAME}
     if master is not None:
         settings["spark.master"] = master
-    for key, value in conf:
-        given.set(key, value)
     jars = [*prerequisites.jars]
-    if given.contains("spark.jars"):
-        jars.insert(0, given.get("spark.jars") or "")
+    if "spark.jars" in user:
+        jars.insert(0, user["spark.jars"])
     settings["spark.jars"] = ",".join(jar for jar in jars if jar)
     settings["spark.sql.session.timeZone"] = "UTC"
     defaults = {
@@ -114,9 +111,9 @@ def start(master: str | None, prerequisites: Prerequisites,
     if not submitted:  # under spark-submit the driver's JVM already runs
         defaults["spark.driver.extraJavaOptions"] = (
             f"-Dlog4j2.configurationFile=file:{_log_configuration()}")
-    settings.update((key, value) for key, value in defaults.items() if not given.contains(key))
-    settings.update((key, value) for key, value in conf if key != "spark.jars")
-    files = (local_files.settings(prerequisites.java, dict(conf))  # no chmod per file
+    settings.update((key, value) for key, value in defaults.items() if key not in user)
+    settings.update((key, value) for key, value in user.items() if key != "spark.jars")
+    files = (local_files.settings(prerequisites.java, user)  # no chmod per file
              if master is not None and local_files.applies(master) and not submitted else {})
     if not files:
         return _started(settings)
