@@ -9,6 +9,11 @@ uvloop in one process, one after the other, alternating ``--runs`` times; each s
 is its process CPU time per message over the drain, and the ratio ``lean / runtime`` of each
 pair (1.0: the runtime adds nothing around the same SQL).
 
+Before the drains the process's garbage collector is set as a receiver sets its own
+(:func:`endpoint_runtime.runtime.collector.tune_receiver_process`: what exists is frozen, the
+young threshold raised); ``--default-collector`` keeps Python's defaults, as this benchmark
+did before 2026-11-28 (fourth session).
+
 A drain in one process has none of a deployment's noise (Ray's main loop, other receivers,
 the peeker) and none of its parallelism: it says what the runtime's own Python costs per
 message, not what a deployment drains (``python -m benchmarks.scaleout`` says that). Run
@@ -38,6 +43,7 @@ from benchmarks.throughput import load_backlog
 from endpoint_runtime import Endpoint
 from endpoint_runtime.connections.connecting import connect_pool
 from endpoint_runtime.connections.embedded import resolve_dsn, with_database
+from endpoint_runtime.runtime.collector import tune_receiver_process
 from endpoint_runtime.transactions.counting import SlotCounts, counts_table, create_counts_table
 from endpoint_runtime.transport import QueueAddress, statements
 
@@ -128,6 +134,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
             for step in ("create_queue", "create_seq_index", "create_expires_index"):
                 await pool.execute(statements.for_queue(QUEUE)[step])
             await pool.execute(CREATE_SINK)
+            if not args.default_collector:
+                tune_receiver_process()
             figures: dict[str, list[float]] = {"runtime": [], "lean": []}
             for run in range(1, args.runs + 1):
                 for name, side in (("lean", lean_side), ("runtime", runtime_side)):
@@ -145,7 +153,8 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
               for lean, runtime in zip(figures["lean"], figures["runtime"], strict=True)]
     return {
         "benchmark": "slot_cpu", "messages": args.messages, "batch_size": BATCH,
-        "runs": args.runs, "cpu_us_per_message": figures,
+        "runs": args.runs, "collector": "default" if args.default_collector else "receiver's",
+        "cpu_us_per_message": figures,
         "median_cpu_us_per_message": {name: median(values) for name, values in figures.items()},
         "lean_vs_runtime_cpu": ratios, "median_lean_vs_runtime_cpu": median(ratios),
         **({"depth_probe": probe} if probe else {}),
@@ -161,6 +170,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=5, help="alternating pairs of drains")
     parser.add_argument("--depth-probe", action="store_true",
                         help="also the CPU cost of a coroutine frame around a round trip")
+    parser.add_argument("--default-collector", action="store_true",
+                        help="keep Python's garbage collector settings (not a receiver's)")
     parser.add_argument("--quick", action="store_true", help="2 pairs of 5,000 messages, "
                         "result not kept in results/")
     args = parser.parse_args(argv)

@@ -119,10 +119,8 @@ class HandlerContext:
         self._metrics = metrics
         self._outgoing_hooks = outgoing_hooks
         """The chain's steps' hooks: they see the headers of every message sent here."""
-        self._sent: set[tuple[str, QueueAddress]] = set()
-        self.processing_started: float | None = None
-        """Epoch seconds when the handlers started (for audit and metrics)."""
-        self.processing_ended: float | None = None
+        self._sent: set[tuple[str, QueueAddress]] | None = None
+        """(message id, queue) of what the handlers sent: made on the first send."""
 
     @property
     def connection(self) -> DatabaseConnection:
@@ -254,12 +252,12 @@ class HandlerContext:
         if self._error_address is None:
             raise QueueNotFoundError(str(address))
         key = (outgoing.message_id, address)
-        if key in self._sent:
+        if self._sent is not None and key in self._sent:
             return
         await self._dispatcher.dispatch(
             self._error_address, undeliverable_copy(outgoing, address, self.endpoint),
             immediate=immediate)
-        self._sent.add(key)
+        self._sent_once(key)
         if self._metrics is not None:
             self._metrics.publish_undeliverable(message_type_name(type(event)))
 
@@ -311,13 +309,18 @@ class HandlerContext:
         due: datetime | None,
     ) -> None:
         key = (outgoing.message_id, address)
-        if key in self._sent:
+        if self._sent is not None and key in self._sent:
             return  # the same message to the same queue goes once
         if self._connection is not None:  # a queue table, verified once per connection
             await ensure_queue_table(self._connection, address,
                                      allowed_schemas=self._allowed_schemas)
         await self._dispatcher.dispatch(address, outgoing, immediate=immediate, due=due)
-        self._sent.add(key)  # only once written (or buffered): a failed send may be repeated
+        self._sent_once(key)  # only once written (or buffered): a failed send may be repeated
+
+    def _sent_once(self, key: tuple[str, QueueAddress]) -> None:
+        if self._sent is None:
+            self._sent = set()
+        self._sent.add(key)
 
 
 HandlerConnection: TypeAlias = (

@@ -18,6 +18,9 @@ from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.wire.message_kinds import kind_of
 from endpoint_runtime.wire.serialization import MessageTypes
 
+_ENDPOINTS_LIMITS = RetryLimits()
+"""The limits of a handler registered without its own: the endpoint's (one shared value)."""
+
 if typing.TYPE_CHECKING:
     from endpoint_runtime.chain.context import HandlerContext
 
@@ -64,7 +67,7 @@ class HandlerRegistry:
             self._limits[handler] = limits
 
     def limits_for(self, handler: Handler) -> RetryLimits:
-        return self._limits.get(handler, RetryLimits())
+        return self._limits.get(handler, _ENDPOINTS_LIMITS)
 
     def handlers_for(self, message_type: type[msgspec.Struct]) -> list[Handler]:
         return self._handlers.get(message_type, [])

@@ -42,11 +42,12 @@ commits hear ``committed()`` and are in the committed count, once each.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import NamedTuple, cast
 
 import asyncpg
 
-from endpoint_runtime.chain.pipeline import Outcome, Pipeline, Unit
+from endpoint_runtime.chain.pipeline import IncomingContext, Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import BufferedDispatcher, Round
 from endpoint_runtime.transactions.counting import SlotCounts
 from endpoint_runtime.transactions.receive_transaction import (
@@ -128,17 +129,23 @@ class OptimisticBatch:
         self.retry: list[TransportMessage] = []
         self.charged = 0
 
-    async def _touch(self) -> None:
+    def _touch(self) -> Awaitable[None] | None:
+        """Before each query of the batch's messages: the work since the checkpoint is
+        written; the checkpoint's statement to await first if it is not taken yet."""
         self.message_wrote = True
-        if not self.checkpoint:
-            await self._connection.execute(f"SAVEPOINT {CHECKPOINT}")
-            self.checkpoint = True
+        return None if self.checkpoint else self._take_checkpoint()
+
+    async def _take_checkpoint(self) -> None:
+        await self._connection.execute(f"SAVEPOINT {CHECKPOINT}")
+        self.checkpoint = True
 
     async def process(self, batch: list[Received]) -> Round:
         """Run ``batch`` and commit what it keeps (raises, uncharged, what cannot be
         attributed to a message: the caller rolls back)."""
         try:
-            await self._settle(batch, final=True)
+            failed = await self._run(batch, final=True)  # the common case: no failure
+            if failed is not None:
+                await self._recover(failed, final=True)
         except BaseException:
             for unit, _ in self.kept:
                 unit.rolled_back()
@@ -154,10 +161,11 @@ class OptimisticBatch:
     async def _settle(self, messages: list[Received], *, final: bool) -> None:
         """Run ``messages`` from the checkpoint until each is kept or charged; ``final``:
         commit at the end, else check and move the checkpoint."""
-        while True:
-            failed = await self._run(messages, final=final)
-            if failed is None:
-                return
+        await self._recover(await self._run(messages, final=final), final=final)
+
+    async def _recover(self, failed: Failed | None, *, final: bool) -> None:
+        """Go on from a failed run until no run fails (see :meth:`_settle`)."""
+        while failed is not None:
             suspects, messages = failed.suspects, failed.rest
             alone = failed.own or len(suspects) == 1
             await self._roll_back(failed.error if alone else None)
@@ -169,6 +177,7 @@ class OptimisticBatch:
                 await self._settle(suspects[half:], final=False)
             if not messages and not final:
                 return
+            failed = await self._run(messages, final=final)
 
     async def _run(self, messages: list[Received], *, final: bool) -> Failed | None:
         """Each message through the chain, then the end; where it failed, if it did (the
@@ -181,7 +190,9 @@ class OptimisticBatch:
             unit = Unit(self._executor, own, self._handler_connection)
             unit.tentative = True
             self.message_wrote = False
-            outcome = await self._pipeline.run(received, unit)
+            context = IncomingContext(received, unit)
+            await self._pipeline.enter(context)
+            outcome = context.outcome
             if outcome is Outcome.FAILED:
                 error = unit.failure
                 assert error is not None, "a tentative unit keeps its failure"
@@ -226,7 +237,9 @@ class OptimisticBatch:
             sends = await outgoing.flush_before_commit(connection)
         if final:
             if self.retry:  # after the checkpoint: a rollback to it undoes them for the next end
-                await self._touch()
+                checkpoint = self._touch()
+                if checkpoint is not None:
+                    await checkpoint
                 await receiving.reinsert(connection, self._pipeline.local_address, self.retry)
             units = [unit for unit, _ in self.kept] + [unit for _, unit, _ in self.running]
             count = await self._counts.statement(

@@ -12,11 +12,12 @@ message's open savepoint: it is released before their first statement.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import cast
 
 import asyncpg
 
-from endpoint_runtime.chain.pipeline import Outcome, Pipeline, Unit
+from endpoint_runtime.chain.pipeline import IncomingContext, Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import BufferedDispatcher, Round
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.connection import DatabaseConnection
@@ -75,7 +76,9 @@ class SavepointBatch:
         self._taken = False
         own = BufferedDispatcher(self._pool, self._pipeline.delayed_store)
         unit = Unit(self._executor, own, self._handler_connection)
-        outcome = await self._pipeline.run(received, unit)
+        context = IncomingContext(received, unit)
+        await self._pipeline.enter(context)
+        outcome = context.outcome
         if outcome is Outcome.FAILED:
             assert isinstance(received, TransportMessage)
             if self._taken:
@@ -87,13 +90,13 @@ class SavepointBatch:
         else:
             self._keep(unit, outcome, own)
 
-    async def _ensure_savepoint(self) -> None:
-        if not self._taken:
-            self._taken = True
-            if self._open is None:
-                await self._connection.execute(f"SAVEPOINT {MESSAGE_SAVEPOINT}")
-            else:
-                await self._release_open(take_next=True)
+    def _ensure_savepoint(self) -> Awaitable[None] | None:
+        """Before each query of the running message: its savepoint's statement to await
+        first, once."""
+        if self._taken:
+            return None
+        self._taken = True
+        return self._release_open(take_next=True)
 
     async def _release_open(self, *, take_next: bool = False) -> None:
         """Release the open message's savepoint (and take the next message's), or charge the

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncpg
 
-from endpoint_runtime.chain.pipeline import Outcome, Pipeline, Unit
+from endpoint_runtime.chain.pipeline import IncomingContext, Outcome, Pipeline, Unit
 from endpoint_runtime.transactions.base import (
     EMPTY,
     BufferedDispatcher,
@@ -81,7 +81,9 @@ class SingleMessageSlot(ReceiveSlot):
                 return EMPTY
             dispatcher = strategy.round_dispatcher()
             unit = Unit(connection, dispatcher, OpenTransactionConnection(connection))
-            outcome = await strategy.pipeline.run(received, unit)
+            context = IncomingContext(received, unit)
+            await strategy.pipeline.enter(context)
+            outcome = context.outcome
             if outcome is Outcome.FAILED:
                 return await rolled_back(connection, unit)
             before_commit = ""

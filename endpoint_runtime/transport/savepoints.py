@@ -34,11 +34,18 @@ class LazySavepointConnection:
     Batched receive handles many messages in one transaction; each message's database work
     must be undoable on its own. A savepoint per message would cost two round trips even for
     handlers that never touch the database, so it is taken on first use instead.
+
+    ``ensure_savepoint()`` is called before every query and returns what to await first (the
+    savepoint's statement), or ``None`` when there is nothing to wait for: then the query is
+    the connection's own coroutine, with no coroutine of the proxy around it. Every round
+    trip of a handler passes here, and each coroutine frame between a task and a round trip
+    costs CPU at each suspension and resumption (docs/performance.md, "In one process").
+    The proxy lives for one batch: each query method is looked up once and kept.
     """
 
     def __init__(
         self, connection: DatabaseConnection | OpenTransactionConnection,
-        ensure_savepoint: Callable[[], Awaitable[None]],
+        ensure_savepoint: Callable[[], Awaitable[None] | None],
     ) -> None:
         self._connection = connection
         self._ensure_savepoint = ensure_savepoint
@@ -48,15 +55,25 @@ class LazySavepointConnection:
         attribute = getattr(self._connection, name)
         if name not in _QUERY_METHODS:
             return attribute
+        ensure = self._ensure_savepoint
 
-        async def query(*args: Any, **kwargs: Any) -> Any:
-            await self._ensure_savepoint()
-            return await attribute(*args, **kwargs)
+        def query(*args: Any, **kwargs: Any) -> Awaitable[Any]:
+            first = ensure()
+            if first is None:
+                return attribute(*args, **kwargs)  # type: ignore[no-any-return]
+            return _after(first, attribute, args, kwargs)
 
+        self.__dict__[name] = query  # found without __getattr__ from now on
         return query
 
     def transaction(self, **options: Any) -> Any:
         return _SavepointFirst(self, options)
+
+
+async def _after(first: Awaitable[None], query: Callable[..., Awaitable[Any]],
+                 args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    await first
+    return await query(*args, **kwargs)
 
 
 class _SavepointFirst:
@@ -66,7 +83,9 @@ class _SavepointFirst:
         self._inner: Any = None
 
     async def __aenter__(self) -> Any:
-        await self._proxy._ensure_savepoint()
+        first = self._proxy._ensure_savepoint()
+        if first is not None:
+            await first
         self._inner = self._proxy._connection.transaction(**self._options)
         return await self._inner.__aenter__()
 

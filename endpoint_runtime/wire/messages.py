@@ -146,7 +146,7 @@ def is_canonical_uuid(text: str) -> bool:
     return _CANONICAL_UUID.fullmatch(text) is not None
 
 
-class OutgoingMessage(msgspec.Struct, frozen=True, kw_only=True):
+class OutgoingMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A message ready for the wire: what one INSERT into a queue table carries.
 
     ``time_to_be_received`` in seconds sets the row's ``expires`` column; ``None`` never expires.
@@ -158,7 +158,10 @@ class OutgoingMessage(msgspec.Struct, frozen=True, kw_only=True):
     time_to_be_received: float | None = None
 
 
-class TransportMessage(msgspec.Struct, frozen=True, kw_only=True):
+# ``gc=False`` on the message structs: their fields (text, bytes, ids, times, a dict of
+# strings) cannot lead back to them, so they can never be part of a reference cycle, and the
+# cyclic collector need not track the one or two of them every message makes.
+class TransportMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A message taken off a queue table, headers parsed, body still raw."""
 
     native_id: uuid.UUID
@@ -174,7 +177,7 @@ class TransportMessage(msgspec.Struct, frozen=True, kw_only=True):
         return self.headers.get(Headers.MESSAGE_ID) or str(self.native_id)
 
 
-class PoisonMessage(msgspec.Struct, frozen=True, kw_only=True):
+class PoisonMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A row whose headers do not parse: kept raw, never handed to a handler."""
 
     native_id: uuid.UUID

@@ -69,13 +69,13 @@ async def drain(transport: PostgresTransport, endpoint: Endpoint,
         return record(native_id, exc, **options)
 
     pipeline.failures.record = counting_record  # type: ignore[method-assign]
-    run = pipeline.run
+    enter = pipeline.enter
 
-    async def noting_ids(message: Any, unit: Any) -> Any:
-        by_native_id[message.native_id] = numbers[message.message_id]
-        return await run(message, unit)
+    def noting_ids(context: Any) -> Any:
+        by_native_id[context.message.native_id] = numbers[context.message.message_id]
+        return enter(context)
 
-    pipeline.run = noting_ids  # type: ignore[method-assign]
+    pipeline.enter = noting_ids  # type: ignore[method-assign]
     strategy = endpoint.create_strategy(pipeline, transport.pool, endpoint.settings)
     counts = SlotCounts(table, deployment_id="d", receiver_id="r", slot=0, node_id="n")
     async with transport.pool.acquire() as connection:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
 import uuid
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from endpoint_runtime.logging import configure_logging
 from endpoint_runtime.runtime.actors.committed_counts import ReceiverCounts, counts_table
 from endpoint_runtime.runtime.actors.crash_ledger import CrashLedger, DoomedMessages
 from endpoint_runtime.runtime.actors.ray_metrics import RayMetrics
+from endpoint_runtime.runtime.collector import tune_receiver_process
 from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
@@ -193,10 +193,8 @@ class Receiver:
             counts_table(endpoint.address), deployment_id=self.config.deployment_id,
             receiver_id=self.config.receiver_id, node_id=_node_id())
         await self._counts.clean_up(self._pool)
-        # Everything allocated so far (Ray, asyncpg, the handler modules) lives as long as the
-        # process: keep it out of the cyclic GC's full collections, which would otherwise walk
-        # it again and again while messages flow.
-        gc.freeze()
+        # Everything allocated so far lives as long as the process; messages flow from now on.
+        tune_receiver_process()
         self._event_loop = loop_name(asyncio.get_running_loop())
         log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid(),
                  event_loop=self._event_loop)
