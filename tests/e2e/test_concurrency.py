@@ -10,6 +10,7 @@ import pytest
 
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
+from endpoint_runtime.runtime.collector import YOUNG_THRESHOLD
 from endpoint_runtime.runtime.deployment import EndpointDeployment
 from tests.e2e.conftest import (
     Deployer,
@@ -95,8 +96,12 @@ async def test_concurrency_limit_holds_across_receivers_and_follows_runtime_chan
     receivers = await transport.pool.fetchval("SELECT count(DISTINCT pid) FROM intervals")
     assert receivers == 2  # 4 slots, 2 per receiver
     # Ray runs its async actors on uvloop whenever it can be imported (a dependency).
-    loops = {r.event_loop for r in (await fresh_status(deployment)).receivers}
+    status = await fresh_status(deployment)
+    loops = {r.event_loop for r in status.receivers}
     assert loops == {"uvloop.Loop"}, loops
+    # And their collectors as runtime.collector sets them (Python's default young threshold
+    # is 700).
+    assert {r.collector_thresholds[0] for r in status.receivers} == {YOUNG_THRESHOLD}
 
     # Lower the limit while a batch is being handled: it holds once the call returns.
     await send_batch(transport, "concurrency", [Timed(n, batch=2) for n in range(60)])

@@ -87,6 +87,9 @@ class ReceiverStatus(msgspec.Struct, frozen=True, kw_only=True):
     event_loop: str = ""
     """The class of the receiver's event loop (``uvloop.Loop``: Ray picks uvloop whenever it
     can be imported, and it is a dependency; see docs/performance.md)."""
+    collector_thresholds: tuple[int, int, int] = (0, 0, 0)
+    """The garbage collector's thresholds in the receiver's process since it started
+    (:mod:`endpoint_runtime.runtime.collector`)."""
 
 
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
@@ -109,6 +112,7 @@ class Receiver:
         self._shrunk = asyncio.Event()
         self._pool: asyncpg.Pool | None = None
         self._event_loop = ""
+        self._collector_thresholds = (0, 0, 0)
         self._listener: Listener | None = None
         self._throttled = False
         self._critical_error: str | None = None
@@ -194,7 +198,7 @@ class Receiver:
             receiver_id=self.config.receiver_id, node_id=_node_id())
         await self._counts.clean_up(self._pool)
         # Everything allocated so far lives as long as the process; messages flow from now on.
-        tune_receiver_process()
+        self._collector_thresholds = tune_receiver_process()
         self._event_loop = loop_name(asyncio.get_running_loop())
         log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid(),
                  event_loop=self._event_loop)
@@ -264,6 +268,7 @@ class Receiver:
             last_critical_error=self._last_critical_error,
             settled_doomed=self._doomed.settled() if self._doomed else [],
             event_loop=self._event_loop,
+            collector_thresholds=self._collector_thresholds,
         )
 
     async def drain(self, grace_seconds: float) -> ReceiverStatus:
