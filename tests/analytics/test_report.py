@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import stat
 import struct
 from collections.abc import Iterator
@@ -24,12 +23,11 @@ from pyspark.sql import SparkSession
 from endpoint_runtime.analytics import ReportOptions, local_files, prerequisites, run_report
 from endpoint_runtime.analytics.result import ReportResult
 from endpoint_runtime.cli import main
-from endpoint_runtime.connections.embedded import with_database
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.ingestion.storage import OperationalData
-from endpoint_runtime.transport import quote_identifier
 from tests.analytics import audit_set
 from tests.analytics.audit_set import DAY1, DAY2, HOSTILE
+from tests.analytics.databases import own_database
 
 PLOTS = ("throughput.png", "latency.png", "queue_wait.png", "failures.png", "retries.png",
          "flow.png")
@@ -41,25 +39,13 @@ def nearest_rank(values: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
 
 
-async def _admin(server_dsn: str, statement: str) -> None:
-    connection = await asyncpg.connect(with_database(server_dsn, "postgres"))
-    try:
-        await connection.execute(statement)
-    finally:
-        await connection.close()
-
-
 @pytest.fixture(scope="module")
 def known_dsn(server_dsn: str) -> Iterator[str]:
     """A database holding the known audit set, shared by this module's tests (they only
     read it)."""
-    name = quote_identifier(f"er_report_{os.getpid()}")
-    asyncio.run(_admin(server_dsn, f"DROP DATABASE IF EXISTS {name}"))
-    asyncio.run(_admin(server_dsn, f"CREATE DATABASE {name}"))
-    dsn = with_database(server_dsn, name.strip('"'))
-    asyncio.run(audit_set.load(dsn))
-    yield dsn
-    asyncio.run(_admin(server_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+    with own_database(server_dsn, "report") as dsn:
+        asyncio.run(audit_set.load(dsn))
+        yield dsn
 
 
 @pytest.fixture(scope="module")
