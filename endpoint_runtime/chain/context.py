@@ -101,14 +101,8 @@ class HandlerContext:
         self.items: dict[str, Any] = {} if items is None else items
         """The chain's room for per-message state (``IncomingContext.items``): what steps
         leave for handlers, such as the saga step's session."""
-        self.message_id = message.message_id
         self.headers: Mapping[str, str] = message.headers
         self.endpoint = endpoint
-        self.correlation_id = (message.headers.get(Headers.CORRELATION_ID)
-                               or self.message_id)
-        """What every message the handlers send, publish or reply carries as its
-        ``NServiceBus.CorrelationId``: the incoming message's, else the incoming message's id
-        (NServiceBus's rule; a ``headers=`` entry of a send overrides it)."""
         self._local_address = local_address
         self._dispatcher = dispatcher
         self._connection = connection
@@ -121,6 +115,19 @@ class HandlerContext:
         """The chain's steps' hooks: they see the headers of every message sent here."""
         self._sent: set[tuple[str, QueueAddress]] | None = None
         """(message id, queue) of what the handlers sent: made on the first send."""
+
+    @property
+    def message_id(self) -> str:
+        """The incoming message's id (read from its headers when asked: most handlers never
+        do, and this context is made for every message)."""
+        return self.transport_message.message_id
+
+    @property
+    def correlation_id(self) -> str:
+        """What every message the handlers send, publish or reply carries as its
+        ``NServiceBus.CorrelationId``: the incoming message's, else the incoming message's id
+        (NServiceBus's rule; a ``headers=`` entry of a send overrides it)."""
+        return self.headers.get(Headers.CORRELATION_ID) or self.message_id
 
     @property
     def connection(self) -> DatabaseConnection:

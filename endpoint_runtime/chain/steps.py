@@ -8,6 +8,7 @@ largest, is in :mod:`endpoint_runtime.chain.recoverability.step`; the outbox's n
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Awaitable
@@ -120,7 +121,7 @@ class MetricsStep:
         await next(context)
         if context.ended is not None:
             context.unit.handled = True
-            context.unit.after_commit(lambda: self._processed(context))
+            context.unit.after_commit(functools.partial(self._processed, context))
 
     def _processed(self, context: IncomingContext) -> None:
         started, ended = context.started, context.ended

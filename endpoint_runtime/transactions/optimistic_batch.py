@@ -154,7 +154,8 @@ class OptimisticBatch:
             raise
         for unit, _ in self.kept:
             unit.committed()
-        handled = sum(outcome is Outcome.HANDLED for _, outcome in self.kept)
+        # Lists, not generators: a generator resumes once per message.
+        handled = [outcome for _, outcome in self.kept].count(Outcome.HANDLED)
         return Round(taken=len(batch), handled=handled,
                      failed=len(self.kept) - handled + self.charged)
 
@@ -204,7 +205,7 @@ class OptimisticBatch:
                 self.running.append((received, unit, outcome))
                 return Failed(self._suspects(), messages[index + 1:], error, own_failure)
             self.running.append((received, unit, outcome))
-            if outcome is Outcome.HANDLED:
+            if outcome is Outcome.HANDLED and (own.pending or own.pending_delayed):
                 outgoing.take_from(own)
         try:
             await self._end(outgoing, final=final)
@@ -243,8 +244,8 @@ class OptimisticBatch:
                 await receiving.reinsert(connection, self._pipeline.local_address, self.retry)
             units = [unit for unit, _ in self.kept] + [unit for _, unit, _ in self.running]
             count = await self._counts.statement(
-                connection, processed=sum(unit.handled for unit in units),
-                failed=sum(unit.moved_to_error for unit in units))
+                connection, processed=sum([unit.handled for unit in units]),
+                failed=sum([unit.moved_to_error for unit in units]))
             tail = joined(count, COMMIT_CHECKED)
         else:
             tail = joined(CHECK_DEFERRED, MOVE_CHECKPOINT)
