@@ -58,6 +58,11 @@ class Cut(msgspec.Struct, frozen=True):
     stop asked for); 0: the fault's own time."""
 
 
+KILL_RETRY_SECONDS = 3.0
+"""How long a receiver kill that finds no receiver keeps looking for one."""
+KILL_RETRY_PAUSE = 0.5
+
+
 class FaultRecord(msgspec.Struct, frozen=True):
     """One injected fault: when (epoch seconds), what, and what it hit."""
 
@@ -129,12 +134,21 @@ class FaultInjector:
             progress(f"chaos: {fault.kind.value} at +{fault.at:.1f} s: {detail}")
 
     async def kill_receiver(self) -> tuple[str, bool, Cut]:
-        try:
-            pids = await asyncio.wait_for(self.deployment.receiver_pids(), 10)
-        except Exception as exc:  # the peeker itself may be down (killed, being recreated)
-            return f"no receiver list ({type(exc).__name__})", False, Cut()
-        if not pids:
-            return "no receiver running", False, Cut()
+        """Kill a receiver; one that finds none (the peeker being recreated, on a loaded
+        machine for seconds) looks again every :data:`KILL_RETRY_PAUSE` s for up to
+        :data:`KILL_RETRY_SECONDS`, so that the run injects the kills its schedule holds."""
+        deadline = time.monotonic() + KILL_RETRY_SECONDS
+        while True:
+            try:
+                pids = await asyncio.wait_for(self.deployment.receiver_pids(), 10)
+                missed = "no receiver running"
+            except Exception as exc:  # the peeker itself may be down (killed, being recreated)
+                pids, missed = [], f"no receiver list ({type(exc).__name__})"
+            if pids:
+                break
+            if time.monotonic() >= deadline:
+                return missed, False, Cut()
+            await asyncio.sleep(KILL_RETRY_PAUSE)
         pid = self.rng.choice(sorted(pids))
         ports = await asyncio.to_thread(_stop_and_read_ports, [pid], self.server.port)
         cut_at = time.time()
