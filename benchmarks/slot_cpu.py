@@ -56,6 +56,13 @@ endpoint.register(record)
 QUEUE = QueueAddress("slot_cpu")
 
 
+async def create_tables(pool: asyncpg.Pool) -> None:
+    """The queue and the sink table, in a new database."""
+    for step in ("create_queue", "create_seq_index", "create_expires_index"):
+        await pool.execute(statements.for_queue(QUEUE)[step])
+    await pool.execute(CREATE_SINK)
+
+
 async def fill(pool: asyncpg.Pool, messages: int) -> None:
     await pool.execute(f"TRUNCATE {QUEUE.qualified}; TRUNCATE scaleout_sink")
     async with pool.acquire() as connection:
@@ -131,9 +138,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
     async with throwaway_database(dsn, prefix="er_slot_cpu") as database:
         pool = await connect_pool(with_database(dsn, database), min_size=1, max_size=2)
         try:
-            for step in ("create_queue", "create_seq_index", "create_expires_index"):
-                await pool.execute(statements.for_queue(QUEUE)[step])
-            await pool.execute(CREATE_SINK)
+            await create_tables(pool)
             if not args.default_collector:
                 tune_receiver_process()
             figures: dict[str, list[float]] = {"runtime": [], "lean": []}

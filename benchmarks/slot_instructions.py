@@ -32,13 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import progress, run_async, run_benchmark, throwaway_database
-from benchmarks.scaleout.peers.sink import CREATE_SINK
-from benchmarks.slot_cpu import QUEUE, endpoint, fill, lean_side, runtime_side
+from benchmarks.slot_cpu import QUEUE, create_tables, endpoint, fill, lean_side, runtime_side
 from endpoint_runtime.connections.connecting import connect_pool
 from endpoint_runtime.connections.embedded import resolve_dsn, with_database
 from endpoint_runtime.runtime.collector import tune_receiver_process
 from endpoint_runtime.transactions.counting import counts_table, create_counts_table
-from endpoint_runtime.transport import statements
 
 SIDES = {"runtime": runtime_side, "lean": lean_side}
 _COLLECTED = re.compile(r"Collected : (\d+)")
@@ -84,9 +82,7 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         dsn = with_database(server, database)
         pool = await connect_pool(dsn, min_size=1, max_size=2)
         try:
-            for step in ("create_queue", "create_seq_index", "create_expires_index"):
-                await pool.execute(statements.for_queue(QUEUE)[step])
-            await pool.execute(CREATE_SINK)
+            await create_tables(pool)
             async with pool.acquire() as connection:  # made here: not in either count
                 await create_counts_table(connection, counts_table(endpoint.address))
             for side in args.sides:
