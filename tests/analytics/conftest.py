@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 from endpoint_runtime.analytics import prerequisites, session
 from endpoint_runtime.analytics.jdbc import jdbc_target
+from tests.analytics import following
 from tests.support.cli import quiet_logging
 
 JVM = [("spark.driver.defaultJavaOptions", "-XX:TieredStopAtLevel=1")]
@@ -39,7 +40,22 @@ def chmod_calls(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def spark(server_dsn: str, chmod_calls: Path) -> Iterator[SparkSession]:
+def early_following(request: pytest.FixtureRequest, server_dsn: str,
+                    tmp_path_factory: pytest.TempPathFactory
+                    ) -> Iterator[following.Following | None]:
+    """The ``report --follow`` process of ``test_follow_process.py`` when the session runs
+    that test (else ``None``), started before the shared session (``spark`` asks for it): its
+    own JVM's start and first run then overlap the session's start and the tests ahead of it."""
+    if not following.selected(request.session):
+        yield None
+        return
+    with following.following(server_dsn, tmp_path_factory.mktemp("follow") / "live") as process:
+        yield process
+
+
+@pytest.fixture(scope="session")
+def spark(server_dsn: str, chmod_calls: Path,
+          early_following: following.Following | None) -> Iterator[SparkSession]:
     found = prerequisites.check(jdbc_target(server_dsn).unix_socket)
     path = os.environ["PATH"]
     os.environ["PATH"] = f"{chmod_calls.parent}{os.pathsep}{path}"  # the JVM's, at its start

@@ -3,102 +3,25 @@ rows ingested while it follows reach the per-minute tables (the streaming query'
 micro-batches), and SIGINT (a terminal's Ctrl-C, sent to the whole process group, Spark's JVM
 included) or SIGTERM (``kill PID``) stops it cleanly: exit status 0, the report's paths
 printed, no process of its group left (the JVM ends with it), nothing staged or unlisted left
-in the extract, and the next run completes the streamed days."""
+in the extract, and the next run completes the streamed days.
+
+The process starts with the shared Spark session, before the tests ahead of this one
+(``early_following``, tests/analytics/conftest.py; ``tests/analytics/following.py``)."""
 
 from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 
-import pytest
 from pyspark.sql import SparkSession
 
 from endpoint_runtime.analytics import extract
 from tests.analytics.audit_set import error_row, insert
+from tests.analytics.following import Following
 from tests.analytics.test_incremental import day_counts, in_thread, orders, report
 from tests.analytics.test_live import START, processed
-
-ROOT = Path(__file__).resolve().parents[2]
-TINY = [argument for key, value in (("spark.sql.shuffle.partitions", "1"),
-                                    ("spark.sql.adaptive.enabled", "false"),
-                                    ("spark.sql.codegen.wholeStage", "false"),
-                                    ("spark.sql.codegen.factoryMode", "NO_CODEGEN"),
-                                    ("spark.driver.defaultJavaOptions",
-                                     "-XX:TieredStopAtLevel=1"))
-        for argument in ("--conf", f"{key}={value}")]
-"""As the tests' own session (tests/analytics/conftest.py): a few rows are not worth
-generating and compiling code for, nor re-planning after each shuffle; the JIT's quick
-compiler only (its ``JVM``): this JVM lives under a minute. The process of this test, from
-its start to its exit after the micro-batch, took 45/46 s against 63/67 s with both
-compilers, alternating on a loaded two-core machine."""
-WAIT_S = 180.0
-"""Spark's start and the first run in a process of its own, on a machine that may be busy."""
-
-
-class Following:
-    """The ``report --follow`` process, its stderr lines collected as they come."""
-
-    def __init__(self, dsn: str, out: Path) -> None:
-        env = {name: value for name, value in os.environ.items()
-               if not name.startswith("ENDPOINT_RUNTIME_")}
-        env["ENDPOINT_RUNTIME_DSN"] = dsn
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "endpoint_runtime.cli", "report", "--follow", "3600",
-             "--micro-batch", "0.5", "--out", str(out), *TINY],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True)  # its own group: a Ctrl-C reaches it and its JVM only
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def wait_for(self, condition: Callable[[], bool], what: str) -> None:
-        deadline = time.monotonic() + WAIT_S
-        while not condition():
-            assert self.process.poll() is None, (what, self.process.returncode, self.lines)
-            assert time.monotonic() < deadline, (what, self.lines[-20:])
-            time.sleep(0.3)
-
-    def said(self, text: str) -> bool:
-        return any(text in line for line in self.lines)
-
-    def stopped(self) -> tuple[int, str]:
-        """Its exit status and standard output, once it has ended (with a timeout)."""
-        status = self.process.wait(timeout=WAIT_S)
-        self._reader.join(timeout=10)  # stderr to its end
-        assert self.process.stdout is not None
-        return status, self.process.stdout.read()
-
-    def close(self) -> None:
-        """Killed with its group if still running; its pipes closed."""
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        self._reader.join(timeout=10)
-        for pipe in (self.process.stdout, self.process.stderr):
-            if pipe is not None:
-                pipe.close()
-
-
-@pytest.fixture
-def following(database_dsn: str, tmp_path: Path) -> Iterator[Following]:
-    in_thread(insert(database_dsn, orders("a", START, 3)))
-    process = Following(database_dsn, tmp_path / "live")
-    try:
-        yield process
-    finally:
-        process.close()
 
 
 def group_ended(pgid: int) -> bool:
@@ -110,12 +33,14 @@ def group_ended(pgid: int) -> bool:
 
 
 def test_report_follow_updates_the_minutes_and_stops_cleanly(
-        following: Following, spark: SparkSession, database_dsn: str, tmp_path: Path) -> None:
+        early_following: Following | None, spark: SparkSession) -> None:
     """Ctrl-C in a terminal: SIGINT to the whole group, the JVM included (SIGTERM goes
     through the same handler: tests/unit/test_report_stopping.py; one process run is enough
     for the suite's time)."""
+    following = early_following
+    assert following is not None, "started by the session when this test is selected"
     stop = "SIGINT to the group"
-    out = tmp_path / "live"
+    out, database_dsn = following.out, following.dsn
     following.wait_for(lambda: following.said("live: following"), "the stream started")
     assert extract.load(out / "extract").horizon is not None
     assert processed(spark, out) == {(START, "sales"): (3, 0)}
