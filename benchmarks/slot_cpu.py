@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Collection
 from typing import Any
 
 import asyncpg
@@ -41,6 +42,7 @@ from benchmarks.scaleout.peers.sink import CREATE_SINK, DatabaseClock
 from benchmarks.scaleout.runtime_sides import job_messages
 from benchmarks.throughput import load_backlog
 from endpoint_runtime import Endpoint
+from endpoint_runtime.chain.pipeline import Pipeline
 from endpoint_runtime.connections.connecting import connect_pool
 from endpoint_runtime.connections.embedded import resolve_dsn, with_database
 from endpoint_runtime.runtime.collector import tune_receiver_process
@@ -71,9 +73,18 @@ async def fill(pool: asyncpg.Pool, messages: int) -> None:
     await pool.execute(f"VACUUM ANALYZE {QUEUE.qualified}")
 
 
-async def runtime_side(pool: asyncpg.Pool, messages: int) -> float:
-    """One slot of the batched endpoint until the queue is empty: CPU us per message."""
+async def runtime_side(pool: asyncpg.Pool, messages: int,
+                       only_steps: Collection[str] | None = None) -> float:
+    """One slot of the batched endpoint until the queue is empty: CPU us per message.
+    ``only_steps``: the built-in steps its chain keeps (``invoke_handlers`` alone: the
+    difference says what the others cost)."""
     pipeline = endpoint.create_pipeline()
+    if only_steps is not None:
+        pipeline = Pipeline(
+            endpoint=pipeline.endpoint, local_address=pipeline.local_address,
+            steps=[(name, step) for name, step in pipeline.steps.items() if name in only_steps],
+            stats=pipeline.stats, failures=pipeline.failures,
+            audit_address=pipeline.audit_address, delayed_store=pipeline.delayed_store)
     strategy = endpoint.create_strategy(pipeline, pool, endpoint.settings)
     counts = SlotCounts(counts_table(endpoint.address), deployment_id="bench",
                         receiver_id="bench", slot=0, node_id="bench")

@@ -9,7 +9,9 @@ instructions per message: start-up, imports and connecting cancel out. Counted a
 client process's user-space instructions (not the kernel's work for its round trips, which is
 the same for both sides, nor the server's). Sides as in :mod:`benchmarks.slot_cpu`:
 ``runtime`` (one slot of the batched endpoint, 50, optimistic, one sink row per message) and
-``lean`` (the same SQL, nothing around it).
+``lean`` (the same SQL, nothing around it); ``handlers_only``, the runtime's slot with only the
+``invoke_handlers`` step in its chain (no log context, recoverability or metrics steps; not a
+configuration anyone runs): its difference with ``runtime`` is what those steps cost.
 
 Run ``python -m benchmarks.slot_instructions --dsn postgresql://postgres@127.0.0.1:5432/postgres``
 (needs ``valgrind``: ``apt-get install valgrind``; about 6 minutes); prints one JSON object.
@@ -31,6 +33,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import asyncpg
+
 from benchmarks.common import progress, run_async, run_benchmark, throwaway_database
 from benchmarks.slot_cpu import QUEUE, create_tables, endpoint, fill, lean_side, runtime_side
 from endpoint_runtime.connections.connecting import connect_pool
@@ -38,7 +42,13 @@ from endpoint_runtime.connections.embedded import resolve_dsn, with_database
 from endpoint_runtime.runtime.collector import tune_receiver_process
 from endpoint_runtime.transactions.counting import counts_table, create_counts_table
 
-SIDES = {"runtime": runtime_side, "lean": lean_side}
+
+async def handlers_only_side(pool: asyncpg.Pool, messages: int) -> float:
+    """The runtime's slot with ``invoke_handlers`` alone in its chain."""
+    return await runtime_side(pool, messages, only_steps={"invoke_handlers"})
+
+
+SIDES = {"runtime": runtime_side, "lean": lean_side, "handlers_only": handlers_only_side}
 _COLLECTED = re.compile(r"Collected : (\d+)")
 
 

@@ -20,7 +20,13 @@ import asyncpg
 import pytest
 from pyspark.sql import SparkSession
 
-from endpoint_runtime.analytics import ReportOptions, local_files, prerequisites, run_report
+from endpoint_runtime.analytics import (
+    ReportOptions,
+    local_files,
+    outputs,
+    prerequisites,
+    run_report,
+)
 from endpoint_runtime.analytics.result import ReportResult
 from endpoint_runtime.cli import main
 from endpoint_runtime.errors import ConfigurationError
@@ -227,6 +233,26 @@ def test_plot_series_have_every_bucket(report: ReportResult) -> None:
     assert math.isnan(sales[1].failure_rate)
     assert math.isnan(sales[1].duration("critical_ms")[0])
     assert (sales[-1].bucket, sales[-1].processed, sales[-1].failure_rate) == (DAY2, 20, 0.0)
+
+
+def test_each_day_of_each_table_is_one_file(spark: SparkSession, report: ReportResult,
+                                             tmp_path: Path) -> None:
+    """The known report's tables, and a frame of four partitions over three days published:
+    one Parquet file per day partition (the frame is partitioned by day before the write),
+    every row kept. Written as it comes, the frame would leave up to four files per day."""
+    for name in ("minutes", "hours", "exceptions", "flow_edges", "conversations"):
+        days = sorted((report.parquet / name).glob("day=*"))
+        assert days, name
+        for folder in days:
+            assert len(list(folder.glob("*.parquet"))) == 1, (name, folder.name)
+    frame = spark.createDataFrame(
+        [(f"2026-03-0{day}", value) for value in range(20) for day in (1, 2, 3)],
+        "day string, value int").repartition(4)
+    table = tmp_path / "table"
+    assert outputs.publish(frame, table, None) == ["2026-03-01", "2026-03-02", "2026-03-03"]
+    for folder in table.glob("day=*"):
+        assert len(list(folder.glob("*.parquet"))) == 1, folder.name
+    assert spark.read.parquet(str(table)).count() == 60
 
 
 def test_a_local_report_starts_no_chmod_and_files_keep_hadoops_permissions(
