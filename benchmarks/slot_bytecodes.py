@@ -32,6 +32,7 @@ from endpoint_runtime.transactions.counting import counts_table, create_counts_t
 
 TOP = 30
 """Functions listed per side."""
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class OpcodeCounter:
@@ -54,9 +55,8 @@ def short(filename: str) -> str:
     for anchor in ("site-packages", "python3.11"):
         if anchor in parts:
             return "/".join(parts[parts.index(anchor) + 1:])
-    root = Path(__file__).resolve().parents[1]
     path = Path(filename)
-    return str(path.relative_to(root)) if path.is_relative_to(root) else filename
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else filename
 
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:

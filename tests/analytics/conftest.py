@@ -49,7 +49,7 @@ def early_following(request: pytest.FixtureRequest, server_dsn: str,
     if not following.selected(request.session):
         yield None
         return
-    with following.following(server_dsn, tmp_path_factory.mktemp("follow") / "live") as process:
+    with following.running(server_dsn, tmp_path_factory.mktemp("follow") / "live") as process:
         yield process
 
 

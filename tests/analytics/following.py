@@ -96,7 +96,7 @@ def selected(session: pytest.Session) -> bool:
 
 
 @contextmanager
-def following(server_dsn: str, out: Path) -> Iterator[Following]:
+def running(server_dsn: str, out: Path) -> Iterator[Following]:
     """The process, following a database of its own that holds three orders of ``START``;
     killed with its group at the end if it still runs."""
     with own_database(server_dsn, "follow") as dsn:

@@ -27,6 +27,7 @@ from endpoint_runtime.analytics import (
     prerequisites,
     run_report,
 )
+from endpoint_runtime.analytics.job import TABLES
 from endpoint_runtime.analytics.result import ReportResult
 from endpoint_runtime.cli import main
 from endpoint_runtime.errors import ConfigurationError
@@ -240,7 +241,7 @@ def test_each_day_of_each_table_is_one_file(spark: SparkSession, report: ReportR
     """The known report's tables, and a frame of four partitions over three days published:
     one Parquet file per day partition (the frame is partitioned by day before the write),
     every row kept. Written as it comes, the frame would leave up to four files per day."""
-    for name in ("minutes", "hours", "exceptions", "flow_edges", "conversations"):
+    for name in TABLES:
         days = sorted((report.parquet / name).glob("day=*"))
         assert days, name
         for folder in days:
