@@ -6,9 +6,12 @@ in the checkout's ``.endpoint_runtime/`` (never the user's per-user server: the 
 database is built once per session (``CREATE DATABASE ... TEMPLATE``) and cloned per test, so
 each test starts from the same known state and tests never see each other's rows.
 
-The chaos run (``tests/chaos/ci_run.py``) is started in the background once the tests that
-keep both cores busy (Spark, multi-node Ray clusters) are behind, and the tests that read it
-run last: its minutes of waiting overlap the other tests' instead of adding to them.
+The suite runs in several worker processes (pytest-xdist, ``bin/dev test``): each test
+module is one unit of work that stays on one worker, so a module's fixtures (a local Ray
+cluster, a deployment shared by its tests) are set up once. The Spark tests are one unit (one
+JVM for all of them), and so are the tests that read the chaos run (the run itself starts when
+their fixture asks for it, and its minutes of waiting overlap the other workers' tests). The
+units that take longest go out first (:data:`FIRST`), so that none is left alone at the end.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import pytest
+from xdist.scheduler import LoadScopeScheduling
 
 from endpoint_runtime.connections.connecting import PostgresTransport, connect_pool
 from endpoint_runtime.connections.embedded import resolve_dsn, with_database
@@ -30,31 +35,52 @@ from tests.chaos import ci_run
 
 _counter = itertools.count()
 
-BUSY_TESTS = tuple(Path(__file__).resolve().parent / name for name in ("analytics", "cluster"))
-"""Tests that keep both cores busy (Spark; local clusters of several Ray nodes), first in
-the run: the chaos run starts after them, beside tests that mostly wait."""
-_CHAOS_DECIDED = pytest.StashKey[bool]()
+TESTS = Path(__file__).resolve().parent
+FIRST = ("chaos", "cluster/test_multinode.py", "analytics", "e2e/test_durable_counts.py",
+         "e2e/test_run_command.py", "fuzz/test_received_rows.py", "e2e/test_examples.py",
+         "e2e/test_outage.py", "cluster", "e2e", "fuzz", "console", "integration")
+"""Where the longest units of work are (paths under ``tests/``; from junit times), longest
+first: a worker that takes one of them early finishes with the others."""
+ONE_UNIT = ("analytics", "chaos")
+"""Folders whose tests all run on one worker (one Spark session; one chaos run)."""
 
-TESTS_DATA_DIR = Path(__file__).resolve().parent.parent / ".endpoint_runtime"
+TESTS_DATA_DIR = TESTS.parent / ".endpoint_runtime"
 """The suite's own embedded server, whatever ENDPOINT_RUNTIME_DATA_DIR the shell had."""
 os.environ["ENDPOINT_RUNTIME_DATA_DIR"] = str(TESTS_DATA_DIR)
 
 
+def unit_of_work(nodeid: str) -> str:
+    """The tests that stay on one worker: a folder of :data:`ONE_UNIT`, else one module
+    (``nodeid``: ``tests/<folder>/<module>.py::<test>``)."""
+    module = nodeid.split("::", 1)[0].removeprefix("tests/")
+    folder = module.split("/", 1)[0]
+    return folder if folder in ONE_UNIT else module
+
+
+def _rank(item: pytest.Item) -> int:
+    relative = item.path.relative_to(TESTS).as_posix()
+    for rank, prefix in enumerate(FIRST):
+        if relative == prefix or relative.startswith(prefix.rstrip("/") + "/"):
+            return rank
+    return len(FIRST)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The chaos run's tests last (a stable sort: every other test keeps its place)."""
-    items.sort(key=lambda item: item.path == ci_run.TEST_FILE)
+    """Longest units first (a stable sort: the other tests keep their places)."""
+    items.sort(key=_rank)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    """At the first test after the :data:`BUSY_TESTS`: start the chaos run if its tests are
-    among the selected ones (after ``-k``/``-m``: ``session.items``)."""
-    config = item.config
-    if config.stash.get(_CHAOS_DECIDED, False) or any(
-            item.path.is_relative_to(busy) for busy in BUSY_TESTS):
-        return
-    config.stash[_CHAOS_DECIDED] = True
-    if any(selected.path == ci_run.TEST_FILE for selected in item.session.items):
-        ci_run.chaos_run(config).start()
+class UnitScheduling(LoadScopeScheduling):
+    """pytest-xdist's scope scheduler with the units of :func:`unit_of_work`, handed out in the
+    collection's order (its ``xdist_group`` marks do not group under pytest 9, whose node ids
+    it can no longer suffix)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return unit_of_work(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> UnitScheduling:
+    return UnitScheduling(config, log)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

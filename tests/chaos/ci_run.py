@@ -1,5 +1,5 @@
-"""The chaos run at CI size, as the suite runs it: its arguments, and one run per test session,
-started early (``tests/support/early_run.py``; ``tests/conftest.py`` says when)."""
+"""The chaos run at CI size, as the suite runs it: its arguments, and one run per test session
+(``tests/support/early_run.py``), started by the fixture of the tests that read it."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ The same run is the checks' self-test: in one mode (:data:`PLANTED_MODE`) it del
 behind the runtime's back; that mode must fail exactly those checks, naming exactly the
 planted ids, while every other check of that mode still holds.
 
-The run starts early and these tests come last (``tests/chaos/ci_run.py``,
-``tests/conftest.py``): its minutes of waiting overlap the other tests'.
+These tests are one unit of work of the suite's workers, handed out first
+(``tests/conftest.py``): while one worker waits for the run, the others run the rest.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(1200)]
 
 @pytest.fixture(scope="module")
 def chaos_result(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The session's chaos run, started early by ``tests/conftest.py`` (or now, when these
-    tests run alone), waited for."""
+    """The session's chaos run, started now and waited for."""
     finished = chaos_run(request.config).finished()
     assert finished.returncode == 0, finished.stderr_tail
     lines = finished.stdout.strip().splitlines()

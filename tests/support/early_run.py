@@ -1,12 +1,10 @@
-"""A command the suite starts early and whose result a test reads late.
+"""A long command a test waits for: started once, read by several tests.
 
 The chaos run (``python -m benchmarks.chaos`` at CI size) is a process of about two and a half
 minutes that spends most of them waiting: for its send stream, its kill intervals, Ray's node
-health checks and its drains. Run in line, the suite waits for it; started while other tests
-run, its minutes overlap theirs. ``tests/conftest.py`` starts it once the tests that keep both
-cores busy are behind, and moves the tests that read it to the end of the run;
-the test's fixture (:meth:`EarlyRun.finished`) starts it itself when nothing did (the chaos
-tests selected alone) and waits for it with the same deadline either way.
+health checks and its drains. The tests that read it are one unit of work of the suite's
+workers (``tests/conftest.py``), handed out first: their fixture starts it
+(:meth:`EarlyRun.finished`) and waits for it, while the other workers run the rest.
 
 Its standard output and error go to files (a pipe nobody reads while it runs could fill and
 stall it); a run still going when the session ends is killed.
