@@ -27,7 +27,7 @@ import asyncpg
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from endpoint_runtime.connections.connecting import PostgresTransport, connect_pool
+from endpoint_runtime.connections.connecting import PostgresTransport, close_pool, connect_pool
 from endpoint_runtime.connections.embedded import resolve_dsn, with_database
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import quote_identifier
@@ -126,7 +126,7 @@ async def database_dsn(server_dsn: str, template_database: str) -> AsyncIterator
 async def pool(database_dsn: str) -> AsyncIterator[asyncpg.Pool]:
     pool = await connect_pool(database_dsn, min_size=1, max_size=20)
     yield pool
-    await pool.close()
+    await close_pool(pool)  # bounded: a test cut short may leave a connection on a lock
 
 
 @pytest.fixture

@@ -96,7 +96,9 @@ class PostgresTransport:
         return _Connecting(settings or TransportSettings())
 
     async def close(self) -> None:
-        await self.pool.close()
+        """Close the pool, waiting at most :data:`POOL_CLOSE_TIMEOUT` s for connections still
+        in use (one waiting on a lock would otherwise hold the close forever)."""
+        await close_pool(self.pool)
 
     def address(self, queue: str | QueueAddress) -> QueueAddress:
         if isinstance(queue, QueueAddress):
