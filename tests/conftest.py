@@ -70,13 +70,33 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=_rank)
 
 
+BUSY = ("chaos", "cluster/test_multinode.py", "analytics")
+"""Units that keep both cores busy (the chaos run's Ray cluster, kills and restarts; a local
+cluster of three Ray nodes; Spark): never two at once. Side by side, each slowed the other
+and a clean clone's chaos run lost its peeker (mode ``none``: ten restarts in a row died);
+each now runs beside the other worker's lighter tests, as the chaos run always had."""
+
+
 class UnitScheduling(LoadScopeScheduling):
     """pytest-xdist's scope scheduler with the units of :func:`unit_of_work`, handed out in the
-    collection's order (its ``xdist_group`` marks do not group under pytest 9, whose node ids
-    it can no longer suffix)."""
+    collection's order, except that a :data:`BUSY` unit waits while another is assigned and
+    not finished (a lighter unit goes out in its place). Its ``xdist_group`` marks do not group
+    under pytest 9, whose node ids it can no longer suffix."""
 
     def _split_scope(self, nodeid: str) -> str:
         return unit_of_work(nodeid)
+
+    def _assign_work_unit(self, node: Any) -> None:
+        if self.workqueue and next(iter(self.workqueue)) in BUSY and self._busy_running():
+            light = next((scope for scope in self.workqueue if scope not in BUSY), None)
+            if light is not None:
+                self.workqueue.move_to_end(light, last=False)
+        super()._assign_work_unit(node)
+
+    def _busy_running(self) -> bool:
+        return any(scope in BUSY and not all(tests.values())
+                   for assigned in self.assigned_work.values()
+                   for scope, tests in assigned.items())
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> UnitScheduling:

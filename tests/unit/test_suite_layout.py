@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
 from tests.conftest import FIRST, ONE_UNIT, TESTS, UnitScheduling, unit_of_work
@@ -31,3 +33,48 @@ def test_the_scheduler_splits_node_ids_into_these_units() -> None:
     scheduler = object.__new__(UnitScheduling)  # its scopes need no workers
     assert scheduler._split_scope("tests/analytics/test_live.py::test_x") == "analytics"
     assert scheduler._split_scope("tests/e2e/test_poison.py::test_x") == "e2e/test_poison.py"
+
+
+class Worker:
+    """What the scheduler sends a worker: the indexes of the tests to run."""
+
+    def __init__(self) -> None:
+        self.sent: list[list[int]] = []
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.append(indexes)
+
+
+COLLECTION = ["tests/analytics/test_live.py::test_a", "tests/e2e/test_poison.py::test_b",
+              "tests/chaos/test_chaos_run.py::test_c"]
+
+
+def scheduler_with(running: dict[str, bool], queued: list[str]) -> tuple[UnitScheduling, Worker]:
+    """A scheduler whose other worker runs ``running`` (test id -> finished) and whose queue
+    holds ``queued`` (test ids, one unit each), and the worker it assigns to next."""
+    scheduler = object.__new__(UnitScheduling)
+    other, worker = Worker(), Worker()
+    scheduler.assigned_work = {other: {unit_of_work(next(iter(running))): dict(running)}}
+    scheduler.workqueue = collections.OrderedDict(
+        (unit_of_work(nodeid), {nodeid: False}) for nodeid in queued)
+    scheduler.registered_collections = {worker: COLLECTION, other: COLLECTION}
+    return scheduler, worker
+
+
+def test_a_busy_unit_waits_while_another_runs_and_a_lighter_one_goes_instead() -> None:
+    scheduler, worker = scheduler_with({COLLECTION[2]: False}, [COLLECTION[0], COLLECTION[1]])
+    scheduler._assign_work_unit(worker)
+    assert worker.sent == [[1]]  # the e2e test, not analytics beside the chaos run
+    assert list(scheduler.workqueue) == ["analytics"]
+
+
+def test_a_busy_unit_goes_once_the_other_is_finished() -> None:
+    scheduler, worker = scheduler_with({COLLECTION[2]: True}, [COLLECTION[0], COLLECTION[1]])
+    scheduler._assign_work_unit(worker)
+    assert worker.sent == [[0]]
+
+
+def test_with_nothing_lighter_left_a_busy_unit_goes_anyway() -> None:
+    scheduler, worker = scheduler_with({COLLECTION[2]: False}, [COLLECTION[0]])
+    scheduler._assign_work_unit(worker)
+    assert worker.sent == [[0]]
