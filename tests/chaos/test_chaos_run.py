@@ -11,8 +11,8 @@ The same run is the checks' self-test: in one mode (:data:`PLANTED_MODE`) it del
 behind the runtime's back; that mode must fail exactly those checks, naming exactly the
 planted ids, while every other check of that mode still holds.
 
-These tests are one unit of work of the suite's workers, handed out first
-(``tests/conftest.py``): while one worker waits for the run, the others run the rest.
+These tests are one unit of work of the suite's workers, handed out last
+(``tests/conftest.py``): the run gets a machine that the other tests have (nearly) left.
 """
 
 from __future__ import annotations

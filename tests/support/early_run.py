@@ -3,8 +3,8 @@
 The chaos run (``python -m benchmarks.chaos`` at CI size) is a process of about two and a half
 minutes that spends most of them waiting: for its send stream, its kill intervals, Ray's node
 health checks and its drains. The tests that read it are one unit of work of the suite's
-workers (``tests/conftest.py``), handed out first: their fixture starts it
-(:meth:`EarlyRun.finished`) and waits for it, while the other workers run the rest.
+workers (``tests/conftest.py``), handed out last: their fixture starts it
+(:meth:`EarlyRun.finished`) and waits for it.
 
 Its standard output and error go to files (a pipe nobody reads while it runs could fill and
 stall it); a run still going when the session ends is killed.
