@@ -8,9 +8,11 @@ order of the arguments that selected them, and in the order they were collected 
 argument.
 
 **Failures.** With ``-x`` pytest stops after the first failure, but only once the failed
-test's tear-down is done, and a tear-down can wait forever: a test cut short by pytest-timeout
-while its connection waits on a lock leaves its pool's ``close()`` waiting for that
-connection. pytest's own output says nothing of the failure before the end (``-q``;
+test's tear-down is done, and a tear-down can wait forever. The case first seen, a pool's
+``close()`` waiting for the connection a timed-out test left on a lock, is bounded at its
+source now (``PostgresTransport.close`` and the suite's ``pool`` fixture use ``close_pool``);
+the watch stays for any other tear-down that waits on the database. pytest's own output
+says nothing of the failure before the end (``-q``;
 pytest-timeout's stack dump is captured), so the runner learns of it here and, if the run
 then does not end, interrupts it (:func:`tests.mutations.runner.run_pytest`).
 """
