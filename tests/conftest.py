@@ -17,6 +17,7 @@ none is left alone at the end, except the chaos run, which goes :data:`LAST`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 from collections.abc import AsyncIterator, Iterator
@@ -131,12 +132,21 @@ def server_dsn() -> str:
 
 @pytest.fixture(scope="session")
 def template_database(server_dsn: str) -> Iterator[str]:
+    with template_on(server_dsn) as name:
+        yield name
+
+
+@contextlib.contextmanager
+def template_on(server_dsn: str) -> Iterator[str]:
+    """This worker's template database on ``server_dsn``, dropped at the end."""
     name = f"er_template_{os.getpid()}"
     quoted = quote_identifier(name)
     asyncio.run(_admin(server_dsn, f"DROP DATABASE IF EXISTS {quoted}",
                        f"CREATE DATABASE {quoted}"))
-    yield name
-    asyncio.run(_admin(server_dsn, f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)"))
+    try:
+        yield name
+    finally:
+        asyncio.run(_admin(server_dsn, f"DROP DATABASE IF EXISTS {quoted} WITH (FORCE)"))
 
 
 @pytest.fixture

@@ -1,5 +1,8 @@
-"""End-to-end fixtures: one local Ray per session, deployments stopped after every test.
+"""End-to-end fixtures: one local Ray per session, deployments stopped after every test, over TCP.
 
+The e2e tests connect over TCP, as users do: to ``ENDPOINT_RUNTIME_DSN`` when it is set, else
+to a server of the worker's own on a free 127.0.0.1 port (``tests/support/tcp_server.py``),
+while the other folders use the embedded server's Unix socket, so that one run checks both.
 Every test gets a fresh database (``database_dsn``, from ``tests/conftest.py``); it creates its
 business tables and the queues its handlers send to, then deploys an endpoint of
 ``tests/e2e/endpoints.py`` by path, exactly as the runtime does in production: a PeekerActor
@@ -9,6 +12,7 @@ that starts ReceiverActors, each importing the endpoint module itself.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -20,10 +24,13 @@ import ray
 from endpoint_runtime import EndpointDeployment, Sender, TransportSettings
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.connections.embedded import resolve_dsn
 from endpoint_runtime.runtime.actors.cluster import ensure_ray
 from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.wire.messages import PoisonMessage, TransportMessage
+from tests import conftest
+from tests.support import tcp_server
 
 ENDPOINTS_MODULE = "tests.e2e.endpoints"
 PEEK_DELAY = 0.2
@@ -31,6 +38,26 @@ STOP_TIMEOUT = 5.0
 POLL_SECONDS = 0.05
 
 T = TypeVar("T")
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    """The e2e tests' server: ``ENDPOINT_RUNTIME_DSN``, else one over TCP of this worker's."""
+    if os.environ.get("ENDPOINT_RUNTIME_DSN"):
+        yield resolve_dsn(None)
+        return
+    server = tcp_server.start()
+    try:
+        yield server.dsn
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def template_database(server_dsn: str) -> Iterator[str]:
+    """This worker's template database on the e2e tests' server."""
+    with conftest.template_on(server_dsn) as name:
+        yield name
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,16 +1,16 @@
-"""Run a command against a PostgreSQL server of its own, over TCP: CI's second pass.
+"""A PostgreSQL server of the tests' own over TCP, as users connect.
 
-Example::
+The e2e tests run against one (:func:`start`, from ``tests/e2e/conftest.py``: a server per
+worker); the other folders use the embedded server's Unix socket. It is started from the
+``pgserver`` wheel's binaries in a temporary directory, listening on 127.0.0.1 at a free port
+(``benchmarks.chaos.server``, which also handles root), with ``max_connections`` as the
+embedded server has it.
 
-    python -m tests.support.tcp_server -- python -m pytest -q tests/e2e
+Run as a module, it runs any command against such a server (``ENDPOINT_RUNTIME_DSN`` names
+it), removes the server and exits with the command's status; when the server cannot start,
+it says why and exits with :data:`EXIT_NO_SERVER` without running the command::
 
-Users connect over TCP; the default test run uses the embedded server's Unix socket. This
-starts a server from the ``pgserver`` wheel's binaries in a temporary directory, listening on
-127.0.0.1 at a free port (``benchmarks.chaos.server``, which also handles root), with
-``max_connections`` as the embedded server has it, runs the command with
-``ENDPOINT_RUNTIME_DSN`` naming that server, removes the server and exits with the command's
-status. When the server cannot start, it says why and exits with :data:`EXIT_NO_SERVER`
-without running the command.
+    python -m tests.support.tcp_server -- python -m pytest -q tests/integration
 """
 
 from __future__ import annotations
@@ -35,18 +35,29 @@ def main(argv: list[str]) -> int:
         print("usage: python -m tests.support.tcp_server -- COMMAND...", file=sys.stderr)
         return 2
     try:
-        server = ChaosServer.create(port=free_port())
+        server = start()
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
         print(f"tcp_server: could not start a PostgreSQL server: {exc}", file=sys.stderr)
         return EXIT_NO_SERVER
     try:
-        asyncio.run(_raise_max_connections(server.dsn))
-        server.restart()
         print(f"tcp_server: PostgreSQL at {server.dsn} (max_connections "
               f"{EMBEDDED_MAX_CONNECTIONS})", file=sys.stderr, flush=True)
         return subprocess.call(command, env={**os.environ, "ENDPOINT_RUNTIME_DSN": server.dsn})
     finally:
         server.destroy()
+
+
+def start() -> ChaosServer:
+    """A server on a free 127.0.0.1 port with the embedded server's ``max_connections``;
+    the caller destroys it. Raises when it cannot start (what failed, and the server's log)."""
+    server = ChaosServer.create(port=free_port())
+    try:
+        asyncio.run(_raise_max_connections(server.dsn))
+        server.restart()
+    except BaseException:
+        server.destroy()
+        raise
+    return server
 
 
 async def _raise_max_connections(dsn: str) -> None:
