@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from endpoint_runtime.chain.context import HandlerContext
 from endpoint_runtime.chain.pipeline import IncomingContext, Next
+from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import (
     ConfigurationError,
@@ -29,6 +30,7 @@ from endpoint_runtime.errors import (
     MessageDecodeError,
     QueueNotFoundError,
     RetryLater,
+    RoutingError,
     UnknownMessageTypeError,
 )
 from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
@@ -53,8 +55,9 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     "Next",
     # running on Ray
     "EndpointDeployment",
-    # sending from outside handlers
+    # sending from outside handlers, routing
     "Sender",
+    "RouteTable",
     # settings
     "EndpointSettings",
     "TransportSettings",
@@ -72,6 +75,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     "ConfigurationError",
     "MessageDecodeError",
     "QueueNotFoundError",
+    "RoutingError",
     "UnknownMessageTypeError",
     # handler control
     "RetryLater",

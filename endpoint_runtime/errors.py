@@ -64,6 +64,11 @@ class QueueNotFoundError(EndpointRuntimeError):
         self.queue = queue
 
 
+class RoutingError(EndpointRuntimeError):
+    """A message was sent without a destination and no route names one for its type: a
+    failure of the handler that sent it (retries, then the error queue), or of the caller."""
+
+
 class MessageError(EndpointRuntimeError):
     """A message cannot be turned into a typed object."""
 

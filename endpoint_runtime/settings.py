@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import tomllib
+import typing
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -123,13 +124,29 @@ def settings_from_env(
         if nested is None:
             value = env.get(prefix + field.name.upper())
             if value is not None:
-                found[field.name] = value
+                found[field.name] = (pairs(prefix + field.name.upper(), value)
+                                     if typing.get_origin(field.type) is dict else value)
             continue
         values = settings_from_env(nested, env, f"{prefix}{field.name.upper()}_")
         if nested is TransportSettings and prefix == ENV_PREFIX:
             values = {**settings_from_env(nested, env, ENV_PREFIX), **values}
         if values:
             found[field.name] = values
+    return found
+
+
+def pairs(variable: str, text: str) -> dict[str, str]:
+    """A mapping from the environment: ``key=value,key=value`` (blank entries ignored)."""
+    found = {}
+    for entry in text.split(","):
+        if not entry.strip():
+            continue
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise ConfigurationError(
+                f"{variable}: {entry.strip()!r} must look like key=value "
+                "(entries separated by commas)")
+        found[key.strip()] = value.strip()
     return found
 
 
@@ -294,6 +311,10 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             ``tracing`` step in the chain, ``traceparent`` on every outgoing message, the SDK
             set up from the ``OTEL_*`` variables in each receiver (docs/observability.md).
             Off: OpenTelemetry is not imported and the step is not in the chain.
+        routes: where commands go by type, so handlers need not name queues: ``{message type
+            or module dotted name: queue}`` (``routes = {"my_app.billing" = "billing"}`` in
+            the settings file; ``ENDPOINT_RUNTIME_ROUTES=my_app.billing=billing,...`` in the
+            environment); added to the routes of ``endpoint.route()`` (docs/routing.md).
     """
 
     transaction_mode: TransactionMode = TransactionMode.SENDS_ATOMIC_WITH_RECEIVE
@@ -324,6 +345,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     receiver_num_cpus: float = 0.0
     receiver_resources: dict[str, float] = msgspec.field(default_factory=dict)
     tracing: bool = False
+    routes: dict[str, str] = msgspec.field(default_factory=dict)
     transport: TransportSettings = msgspec.field(default_factory=TransportSettings)
 
     def __post_init__(self) -> None:

@@ -34,6 +34,7 @@ import msgspec
 
 from endpoint_runtime.chain.context import HandlerContext
 from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.subscriptions import Routes, SubscriptionStore, topics_of
 from endpoint_runtime.errors import ConfigurationError, EndpointRuntimeError
 from endpoint_runtime.runtime.endpoint import Endpoint
@@ -154,6 +155,8 @@ class TestableHandlerContext(HandlerContext):
             would in production).
         subscribers: subscriber queue names by event type, for publishes.
         connection: what ``context.connection`` is; by default a :class:`NoDatabase`.
+        routes: where sends without a destination go (``{type or module: queue}``); by
+            default the endpoint's routes (``endpoint.route``, its settings), else none.
     """
 
     __test__ = False  # not a test class, whatever pytest's name pattern says
@@ -167,7 +170,10 @@ class TestableHandlerContext(HandlerContext):
         reply_to: str | None = TEST_CLIENT,
         subscribers: Mapping[type[msgspec.Struct], Iterable[str]] | None = None,
         connection: DatabaseConnection | None = None,
+        routes: RouteTable | Mapping[Any, str] | None = None,
     ) -> None:
+        if routes is None:
+            routes = endpoint.routes if isinstance(endpoint, Endpoint) else RouteTable()
         if isinstance(endpoint, Endpoint):
             name, address, can_defer = endpoint.name, endpoint.address, not endpoint.send_only
             error_queue = endpoint.settings.error_queue
@@ -183,6 +189,7 @@ class TestableHandlerContext(HandlerContext):
             connection=None,  # the test's own connection is handed out by the property below
             subscriptions=InMemorySubscriptions(subscribers or {}, address.schema),
             error_address=QueueAddress.parse(error_queue, address.schema),
+            routes=routes if isinstance(routes, RouteTable) else RouteTable(routes),
         )
         self._test_connection = connection
         self._built: list[tuple[OutgoingMessage, msgspec.Struct]] = []

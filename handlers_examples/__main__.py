@@ -167,7 +167,6 @@ class Client:
             await sender.send(
                 AwardPoints(order_id=order.order_id, customer=order.customer,
                             amount=order.amount),
-                destination="loyalty",
                 message_id=award_points_message_id(order.order_id),
             )
             self.redelivered += 1
@@ -216,7 +215,9 @@ async def run(args: argparse.Namespace) -> int:
 
         deployments: dict[str, EndpointDeployment] = {}
         finals: dict[str, DeploymentStatus] = {}
-        sender = Sender("examples-client", settings, local_address=client_queue)
+        # The client routes its commands by type too (docs/routing.md): sends name no queue.
+        sender = Sender("examples-client", settings, local_address=client_queue,
+                        routes={PlaceOrder: "sales", AwardPoints: "loyalty"})
         sender.on_outgoing(lambda headers: headers.setdefault(TENANT_HEADER, TENANT))
         try:
             startup = time.monotonic()
@@ -353,7 +354,7 @@ async def send_all(sender: Sender, messages: list[PlaceOrder]) -> None:
 
     async def send(message: PlaceOrder) -> None:
         async with limit:
-            await sender.send(message, destination="sales")
+            await sender.send(message)  # to sales, by the sender's route
 
     await asyncio.gather(*(send(m) for m in messages))
 

@@ -30,6 +30,7 @@ endpoint = Endpoint("billing", transaction_mode=TransactionMode.RECEIVE_ONLY, ma
         billed_at   timestamptz NOT NULL DEFAULT now()
     );
     """ + ORDER_EVENTS)
+endpoint.route(OrderBilled, to="shipping")  # its one command, by type (docs/routing.md)
 carry_tenant(endpoint)  # the tenant travels on to shipping (handlers_examples/tenancy.py)
 
 
@@ -54,7 +55,6 @@ async def bill_order(message: OrderAccepted, context: HandlerContext) -> None:
             order_id=message.order_id, invoice_id=str(invoice_id),
             customer=message.customer, amount=message.amount,
         ),
-        destination="shipping",
     )
 
 

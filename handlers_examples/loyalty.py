@@ -60,6 +60,7 @@ endpoint = Endpoint("loyalty", transaction_mode=TransactionMode.RECEIVE_ONLY, ma
 endpoint.enable_outbox(pessimistic=True)
 # Inside the outbox's business transaction, like the handlers (handlers_examples/tenancy.py).
 carry_tenant(endpoint)
+endpoint.route(PointsAwarded, to="notifications")  # by type (docs/routing.md)
 
 
 def points_for(message: AwardPoints) -> int:
@@ -77,9 +78,7 @@ async def award_points(message: AwardPoints, context: HandlerContext) -> None:
         message.order_id, message.customer, points,
     )
     await context.send(
-        PointsAwarded(order_id=message.order_id, customer=message.customer, points=points),
-        destination="notifications",
-    )
+        PointsAwarded(order_id=message.order_id, customer=message.customer, points=points))
     await context.send_local(
         PointsExpiryReminder(order_id=message.order_id, customer=message.customer,
                              points=points),

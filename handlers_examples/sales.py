@@ -1,6 +1,7 @@
 """Sales: takes orders. Mode SENDS_ATOMIC_WITH_RECEIVE.
 
-The order row, the OrderAccepted to billing, the AwardPoints to loyalty, the OrderPlaced event
+The order row, the OrderAccepted to billing, the AwardPoints to loyalty (both by their routes,
+below), the OrderPlaced event
 to its subscribers, the reply to the customer's client and the removal of PlaceOrder from the
 queue commit as one transaction:
 either the order exists and billing and loyalty hear of it, or none of it happened and
@@ -54,6 +55,9 @@ endpoint = Endpoint(
     );
     """,
 )
+# Where its commands go, by type: the handlers below never name a queue (docs/routing.md).
+endpoint.route(OrderAccepted, to="billing")
+endpoint.route(AwardPoints, to="loyalty")
 # Every message sales sends carries the order's tenant (handlers_examples/tenancy.py).
 carry_tenant(endpoint)
 # The order-fulfilment saga runs here too (handlers_examples/fulfilment.py).
@@ -82,14 +86,11 @@ async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
         log.info("duplicate_order_ignored", order_id=message.order_id)
         return
     await context.send(
-        OrderAccepted(order_id=message.order_id, customer=message.customer, amount=amount),
-        destination="billing",
-    )
+        OrderAccepted(order_id=message.order_id, customer=message.customer, amount=amount))
     # Commits with the order too. Its message id is derived from the order id (see
     # award_points_message_id), so loyalty's outbox recognises any copy of it.
     await context.send(
         AwardPoints(order_id=message.order_id, customer=message.customer, amount=amount),
-        destination="loyalty",
         message_id=award_points_message_id(message.order_id),
     )
     # An event: one copy to each subscriber (billing, analytics), committed with the order too.

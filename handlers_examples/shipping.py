@@ -38,6 +38,7 @@ endpoint = Endpoint(
     );
     """,
 )
+endpoint.route(OrderShipped, to="notifications")  # by type (docs/routing.md)
 
 
 class CarrierTimeout(Exception):
@@ -78,5 +79,4 @@ async def ship_order(message: OrderBilled, context: HandlerContext) -> None:
             order_id=message.order_id, shipment_id=str(shipment_id),
             customer=message.customer, carrier=carrier,
         ),
-        destination="notifications",
     )

@@ -36,6 +36,7 @@ from endpoint_runtime.chain.pipeline import (
 )
 from endpoint_runtime.chain.recoverability.policy import FailedMessages, RecoverabilityPolicy
 from endpoint_runtime.chain.recoverability.step import RecoverabilityStep
+from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.sagas.registry import Sagas
 from endpoint_runtime.chain.sagas.step import SagaStep
 from endpoint_runtime.chain.steps import (
@@ -59,7 +60,7 @@ def build_pipeline(
     delayed_store: DelayedMessageStore | None, user_steps: Sequence[UserStep] = (),
     metrics: Metrics | None = None, in_flight: InFlight | None = None,
     guard_store: Callable[[DelayedMessageStore], DelayedMessageStore] | None = None,
-    sagas: Sagas | None = None,
+    sagas: Sagas | None = None, routes: RouteTable | None = None,
 ) -> Pipeline:
     """The chain of one endpoint (see the module docstring). ``guard_store`` wraps the
     delayed-message store (a receiver's circuit breaker); ``sagas``: the endpoint's, when it has
@@ -103,7 +104,7 @@ def build_pipeline(
         steps.append((SagaStep.name, SagaStep(sagas.not_found_hooks)))
     steps.append((InvokeHandlersStep.name, InvokeHandlersStep(
         endpoint=endpoint, registry=registry, local_address=address,
-        error_address=error_address, subscriptions=subscriptions,
+        error_address=error_address, subscriptions=subscriptions, routes=routes,
         allowed_schemas=(frozenset(settings.transport.allowed_schemas)
                          if settings.transport.allowed_schemas is not None else None),
         metrics=metrics)))

@@ -20,6 +20,7 @@ import structlog
 
 from endpoint_runtime.chain.metrics import Metrics
 from endpoint_runtime.chain.outgoing import OutgoingHook, create_outgoing, due_time
+from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.subscriptions import (
     SubscriptionStore,
     enclosed_types,
@@ -61,6 +62,15 @@ class OutgoingDispatcher(Protocol):
     ) -> None: ...
 
 
+def route_of(routes: RouteTable | None, message: msgspec.Struct) -> str:
+    """The queue ``message`` is routed to (:class:`RoutingError` when none is)."""
+    return (routes or NO_ROUTES).require(type(message))
+
+
+NO_ROUTES = RouteTable()
+"""The table of a context or sender given none: every lookup fails with the line to add."""
+
+
 @functools.lru_cache(maxsize=1024)
 def parse_address(destination: str, schema: str) -> QueueAddress:
     return QueueAddress.parse(destination, schema)
@@ -96,8 +106,10 @@ class HandlerContext:
         metrics: Metrics | None = None,
         outgoing_hooks: list[OutgoingHook] | None = None,
         items: dict[str, Any] | None = None,
+        routes: RouteTable | None = None,
     ) -> None:
         self.transport_message = message
+        self._routes = routes
         self.items: dict[str, Any] = {} if items is None else items
         """The chain's room for per-message state (``IncomingContext.items``): what steps
         leave for handlers, such as the saga step's session."""
@@ -147,7 +159,7 @@ class HandlerContext:
     async def send(
         self,
         message: msgspec.Struct,
-        destination: str,
+        destination: str | None = None,
         *,
         headers: Mapping[str, str] | None = None,
         immediate: bool = False,
@@ -156,12 +168,18 @@ class HandlerContext:
         delay: timedelta | None = None,
         deliver_at: datetime | None = None,
     ) -> str:
-        """Send ``message`` to the queue ``destination``; returns its message id.
+        """Send ``message`` to the queue ``destination``, else to the queue its type is
+        routed to (``endpoint.route``, docs/routing.md); returns its message id.
 
         ``immediate=True`` dispatches at once on another connection, escaping the receive
         transaction: the message stays sent even if the handler fails afterwards.
         ``delay`` or ``deliver_at`` defers delivery (a due time in the past delivers at once).
+
+        Raises:
+            RoutingError: no ``destination`` and no route for the message's type.
         """
+        if destination is None:
+            destination = route_of(self._routes, message)
         return await self._send(
             message, destination, MessageIntent.SEND, headers, immediate,
             time_to_be_received, message_id, delay, deliver_at,

@@ -20,6 +20,7 @@ from endpoint_runtime.chain.handlers import HandlerRegistry
 from endpoint_runtime.chain.metrics import UNKNOWN_TYPE, Metrics
 from endpoint_runtime.chain.pipeline import IncomingContext, Next, ProcessingStats
 from endpoint_runtime.chain.recoverability.policy import FailedMessages
+from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.subscriptions import SubscriptionStore
 from endpoint_runtime.errors import UnknownMessageTypeError
 from endpoint_runtime.logging import bind_message_context
@@ -184,8 +185,10 @@ class InvokeHandlersStep:
         self, *, endpoint: str, registry: HandlerRegistry, local_address: QueueAddress,
         error_address: QueueAddress, subscriptions: SubscriptionStore | None,
         allowed_schemas: frozenset[str] | None, metrics: Metrics,
+        routes: RouteTable | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.routes = routes
         self.registry = registry
         self.local_address = local_address
         self.error_address = error_address
@@ -207,7 +210,7 @@ class InvokeHandlersStep:
             dispatcher=context.dispatcher, connection=context.connection,
             subscriptions=self.subscriptions, allowed_schemas=self.allowed_schemas,
             error_address=self.error_address, metrics=self.metrics,
-            outgoing_hooks=context.outgoing_hooks, items=context.items,
+            outgoing_hooks=context.outgoing_hooks, items=context.items, routes=self.routes,
         )
         context.started = time.time()
         for handler in handlers:

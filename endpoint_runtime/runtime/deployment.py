@@ -42,6 +42,7 @@ from endpoint_runtime.runtime.actors.receiver_handles import autoscaler_node_typ
 from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.settings import replace as replace_settings
+from endpoint_runtime.transport.addresses import QueueAddress
 
 log = structlog.get_logger("endpoint_runtime.runtime.deployment")
 
@@ -272,17 +273,38 @@ async def deployment_settings(endpoint: Endpoint, settings: EndpointSettings | N
     return msgspec.structs.replace(settings, transport=transport_settings)
 
 
+async def missing_route_queues(transport: PostgresTransport, endpoint: Endpoint) -> list[str]:
+    """The queues ``endpoint``'s routes name whose tables do not exist."""
+    schema = endpoint.address.schema
+    missing = []
+    async with transport.pool.acquire() as connection:
+        for queue in endpoint.routes.destinations():
+            qualified = QueueAddress.parse(queue, schema).qualified
+            if await connection.fetchval("SELECT to_regclass($1) IS NULL", qualified):
+                missing.append(queue)
+    return missing
+
+
 async def prepare_endpoint(endpoint: Endpoint, settings: EndpointSettings, *,
                            install: bool = False) -> None:
     """What a deployment needs in the database before its peeker starts: its queues and
     tables (created with installers, or ``install``, as ``endpoint-runtime db install``
     does; else checked), and, with ``auto_subscribe``, its subscriptions. Run it for every
-    endpoint before any starts, and the publishers among them find their subscribers."""
+    endpoint before any starts, and the publishers among them find their subscribers. A route
+    to a queue that does not exist yet is logged (``routes_to_missing_queues``): its owner
+    may not be deployed yet, and a send to it fails until it is."""
     async with PostgresTransport.connect(settings.transport) as transport:
         if install:
             await installation.install(transport, endpoint, settings)
         else:
             await installation.prepare(transport, endpoint, settings)
+        missing = await missing_route_queues(transport, endpoint)
+        if missing:
+            log.warning("routes_to_missing_queues", endpoint=endpoint.name,
+                        routes={name: queue for name, queue in endpoint.routes.items()
+                                if queue in missing},
+                        hint="deploy the endpoints that own these queues, or create them "
+                             "(endpoint-runtime queues create NAME)")
         if settings.auto_subscribe:  # events only; stored command subscriptions pruned
             async with transport.pool.acquire() as connection:
                 await endpoint.subscribe_at_start(connection,

@@ -3,10 +3,11 @@
 Example::
 
     endpoint = Endpoint("sales", max_concurrency=8)
+    endpoint.route(OrderAccepted, to="billing")
 
     @endpoint.handler
     async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
-        await context.send(OrderAccepted(order_id=message.order_id), destination="billing")
+        await context.send(OrderAccepted(order_id=message.order_id))
 
 The handlers' business tables can be the endpoint's too: ``schema_sql=`` or
 ``@endpoint.on_install`` (see :mod:`endpoint_runtime.database.business_schema`).
@@ -31,6 +32,7 @@ from endpoint_runtime.chain.handlers import Handler, HandlerRegistry
 from endpoint_runtime.chain.metrics import Metrics
 from endpoint_runtime.chain.pipeline import Pipeline, Step, UserStep, check_user_step
 from endpoint_runtime.chain.recoverability.policy import RecoverabilityPolicy, RetryLimits
+from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.sagas import Saga, Sagas
 from endpoint_runtime.chain.steps import InFlight
 from endpoint_runtime.chain.subscriptions import (
@@ -130,15 +132,35 @@ class Endpoint:
         self.user_steps: list[UserStep] = []
         """Steps added with :meth:`add_step`, in the order they were added."""
         self._defined_in = sys._getframe(1).f_globals.get("__name__", "")
+        self.routes = RouteTable(settings.routes)
+        """Where commands go by type (:meth:`route`; the settings' ``routes`` first)."""
         self.sender = Sender(
             name, settings.transport, local_address=self.address, delayed_store=self.delayed_store,
-            error_queue=settings.error_queue, tracing=settings.tracing,
+            error_queue=settings.error_queue, tracing=settings.tracing, routes=self.routes,
         )
+
+    # -- routing ------------------------------------------------------------------------------
+
+    def route(self, message_type: type[msgspec.Struct] | str, *, to: str) -> None:
+        """Send ``message_type`` (or every message type of a module, by its dotted name) to
+        the queue ``to`` whenever a handler, this endpoint's sender or a saga sends one
+        without a ``destination=`` (docs/routing.md)::
+
+            endpoint.route(PlaceOrder, to="sales")
+            endpoint.route("my_app.billing.messages", to="billing")
+
+        Raises:
+            ConfigurationError: an event, an invalid queue name, or a second route for the
+                same type or module to another queue.
+        """
+        self.routes.add(message_type, to)
 
     # -- sending from outside handlers (the endpoint's sender) ----------------------------
 
-    async def send(self, message: msgspec.Struct, destination: str, **options: Any) -> str:
-        """:meth:`Sender.send` from this endpoint (``delay``/``deliver_at`` use its store)."""
+    async def send(self, message: msgspec.Struct, destination: str | None = None,
+                   **options: Any) -> str:
+        """:meth:`Sender.send` from this endpoint (``delay``/``deliver_at`` use its store;
+        without ``destination``, the message's route)."""
         return await self.sender.send(message, destination, **options)
 
     async def send_local(self, message: msgspec.Struct, **options: Any) -> str:
@@ -377,7 +399,7 @@ class Endpoint:
             ),
             delayed_store=self.delayed_store, user_steps=self.user_steps,
             metrics=metrics, in_flight=in_flight, guard_store=guard_store,
-            sagas=self.sagas if len(self.sagas) else None,
+            sagas=self.sagas if len(self.sagas) else None, routes=self.routes,
         )
 
     @staticmethod

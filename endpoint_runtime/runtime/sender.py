@@ -16,8 +16,9 @@ from typing import Any
 
 import msgspec
 
-from endpoint_runtime.chain.context import parse_address
+from endpoint_runtime.chain.context import parse_address, route_of
 from endpoint_runtime.chain.outgoing import OutgoingHook, as_delayed, create_outgoing, due_time
+from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.subscriptions import (
     SubscriptionStore,
     enclosed_types,
@@ -54,8 +55,11 @@ class Sender:
         delayed_store: DelayedMessageStore | None = None,
         error_queue: str = "error",
         tracing: bool = False,
+        routes: RouteTable | Mapping[Any, str] | None = None,
     ) -> None:
         self.name = name
+        self.routes = routes if isinstance(routes, RouteTable) else RouteTable(routes)
+        """Where :meth:`send` without a ``destination`` sends (docs/routing.md)."""
         self.error_queue = error_queue
         """Where a publish records the copy of a subscriber whose queue does not exist."""
         self._delayed_store = delayed_store
@@ -87,7 +91,7 @@ class Sender:
     async def send(
         self,
         message: msgspec.Struct,
-        destination: str,
+        destination: str | None = None,
         *,
         headers: Mapping[str, str] | None = None,
         time_to_be_received: timedelta | None = None,
@@ -95,11 +99,17 @@ class Sender:
         delay: timedelta | None = None,
         deliver_at: datetime | None = None,
     ) -> str:
-        """Send ``message`` to the queue ``destination``; returns its message id.
+        """Send ``message`` to the queue ``destination``, else to the queue its type is
+        routed to (``routes=``, or the endpoint's ``route``); returns its message id.
 
         ``delay`` / ``deliver_at`` defer it through the endpoint's delayed-message store (the
         endpoint's deployment dispatches it when due); a plain or send-only sender cannot.
+
+        Raises:
+            RoutingError: no ``destination`` and no route for the message's type.
         """
+        if destination is None:
+            destination = route_of(self.routes, message)
         due = due_time(delay, deliver_at, time_to_be_received, self._delayed_store is not None)
         transport = await self.transport()
         address = parse_address(destination, self._transport_settings.schema)

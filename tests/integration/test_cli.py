@@ -286,6 +286,38 @@ def test_send_refuses_a_bad_header_and_a_missing_queue(cli: Cli, db: Database) -
     assert db.depth("billing") == 0
 
 
+def test_send_without_a_queue_goes_by_the_routes_of_an_endpoint_or_the_environment(
+    cli: Cli, db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db.create("payments", "shipping")
+    card = ["--type", "tests.support.routed_messages:ChargeCard", "--json", '{"n": 1}']
+
+    by_endpoint = cli("send", *card, "--routes-of", "tests.support.routed_messages:web")
+    monkeypatch.setenv("ENDPOINT_RUNTIME_ROUTES", "tests.support.routed_messages=shipping")
+    by_environment = cli("send", *card)
+    explicit = cli("send", "payments", *card)  # an explicit queue still wins
+
+    assert (by_endpoint.code, by_environment.code, explicit.code) == (0, 0, 0), (
+        by_endpoint.err, by_environment.err, explicit.err)
+    assert db.receive("payments").message_id == by_endpoint.out.strip()
+    assert db.receive("payments").message_id == explicit.out.strip()
+    assert db.receive("shipping").message_id == by_environment.out.strip()
+
+
+def test_send_without_a_queue_or_a_route_names_the_route_to_add_and_sends_nothing(
+    cli: Cli, db: Database
+) -> None:
+    db.create("payments")
+    outcome = cli("send", "--type", "tests.support.routed_messages:ShipParcel",
+                  "--json", '{"n": 1}', "--routes-of", "tests.support.routed_messages:web")
+    assert outcome.code == 2
+    assert outcome.out == ""
+    assert outcome.err.startswith(
+        "endpoint-runtime: error: no route for tests.support.routed_messages.ShipParcel: add "
+        'endpoint.route(ShipParcel, to="<queue>")')
+    assert db.depth("payments") == 0
+
+
 # -- errors -----------------------------------------------------------------------------------
 
 
