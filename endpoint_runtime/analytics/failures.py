@@ -1,8 +1,12 @@
-"""The exceptions messages failed with: per endpoint, exception type and message, how often,
-first and last seen, in which message types.
+"""The exceptions messages failed with: per endpoint and failure group, how often, first and
+last seen, in which message types.
 
-Exception messages are grouped by their first line (up to 200 characters): the rest often
-holds ids that would make every failure its own group.
+A failure group is the one the console and ``endpoint-runtime errors groups`` show
+(:mod:`endpoint_runtime.wire.failure_groups`: exception type, first line of the message with
+ids, numbers and quoted values masked, innermost stack frames), as ingestion wrote it into
+``error_log``; ``exception_message`` holds the group's title. A row extracted before those
+columns existed groups, as before, by its exception type and its message's first line (up to
+200 characters).
 """
 
 from __future__ import annotations
@@ -22,11 +26,14 @@ def _failures(errors: DataFrame) -> DataFrame:
     errors = errors.where(F.col("time_of_failure").isNotNull())
     first_line = F.substring(F.split(F.coalesce(F.col("exception_message"), F.lit("")),
                                      "\n", 2)[0], 1, MESSAGE_CHARS)
+    exception_type = F.coalesce(F.col("exception_type"), F.lit(UNKNOWN))
     return errors.select(
         "time_of_failure", failed_endpoint().alias("endpoint"),
         message_type().alias("message_type"),
-        F.coalesce(F.col("exception_type"), F.lit(UNKNOWN)).alias("exception_type"),
-        first_line.alias("exception_message"),
+        exception_type.alias("exception_type"),
+        F.coalesce(F.col("failure_title"), first_line).alias("exception_message"),
+        F.coalesce(F.col("failure_group"), F.md5(F.concat_ws("\n", exception_type, first_line)))
+        .alias("failure_group"),
     )
 
 
@@ -41,15 +48,23 @@ def _summarise(failures: DataFrame, *keys: str) -> DataFrame:
 
 
 def exceptions_by_day(errors: DataFrame) -> DataFrame:
-    """Every (day, endpoint, exception type, message) with its count and first/last seen."""
+    """Every (day, endpoint, failure group) with its exception type and title, its count and
+    first/last seen."""
     failures = _failures(errors).withColumn("day", day("time_of_failure"))
-    return _summarise(failures, "day", "endpoint", "exception_type", "exception_message")
+    return _summarise(failures, "day", "endpoint", "failure_group", "exception_type",
+                      "exception_message")
 
 
 def top_exceptions(daily: DataFrame, top: int = TOP) -> DataFrame:
     """The ``top`` most frequent exceptions per endpoint over every day of ``daily`` (the
     rows of :func:`exceptions_by_day`)."""
-    summary = daily.groupBy("endpoint", "exception_type", "exception_message").agg(
+    if "failure_group" not in daily.columns:  # days published before groups existed
+        daily = daily.withColumn("failure_group", F.lit(None).cast("string"))
+    # Days published before groups existed have none: they group by type and message.
+    group = F.coalesce(F.col("failure_group"),
+                       F.md5(F.concat_ws("\n", "exception_type", "exception_message")))
+    summary = daily.withColumn("failure_group", group).groupBy(
+        "endpoint", "failure_group", "exception_type", "exception_message").agg(
         F.sum("count").alias("count"),
         F.min("first_seen").alias("first_seen"),
         F.max("last_seen").alias("last_seen"),

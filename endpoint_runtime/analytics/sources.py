@@ -74,6 +74,10 @@ ERROR_SCHEMA = StructType([
     StructField("retries", IntegerType()),
     StructField("exception_type", StringType()),
     StructField("exception_message", StringType()),
+    # Written by ingestion (endpoint_runtime.wire.failure_groups); NULL in extracts made
+    # before they existed (failures.py falls back to the message's first line).
+    StructField("failure_group", StringType()),
+    StructField("failure_title", StringType()),
 ])
 
 

@@ -1,4 +1,4 @@
-"""``endpoint-runtime errors list|show|retry|delete``: the messages of the error queue.
+"""``endpoint-runtime errors list|groups|show|retry|delete``: the messages of the error queue.
 
 Built on :mod:`endpoint_runtime.chain.recoverability.error_queue`. Messages are named by their
 native id (the queue
@@ -9,6 +9,8 @@ FailedQ's table is gone, headers that do not parse) the message stays where it i
 Example::
 
     endpoint-runtime errors list --limit 20
+    endpoint-runtime errors groups                # one line per cause, as the console groups
+    endpoint-runtime errors list --group 5d41402a   # the messages of one group (key prefix)
     endpoint-runtime errors show 3f1c0e9a-...
     endpoint-runtime errors retry 3f1c0e9a-...
     endpoint-runtime errors retry --all
@@ -43,6 +45,10 @@ from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.wire.messages import PoisonMessage, from_wire_time
 
 DEFAULT_ERROR_QUEUE = "error"
+GROUP_PAGE = 1_000
+"""Error-queue rows read per query by ``groups`` and ``list --group``."""
+GROUP_KEY_SHOWN = 12
+"""Hex digits of a group's key shown (``list --group`` takes any prefix)."""
 MESSAGE_COLUMN_WIDTH = 80
 HEX_BYTES_PER_LINE = 16
 
@@ -66,7 +72,16 @@ def add_parser(
                                         help="failed messages, oldest first")
     listing.add_argument("--limit", type=positive_int, default=100, metavar="N",
                          help="show at most N messages (default 100)")
+    listing.add_argument("--group", metavar="KEY", default=None,
+                         help="only the messages of this failure group (its key, or the start "
+                              "of it, as `errors groups` shows it)")
     listing.set_defaults(handler=errors_list)
+
+    groups = error_commands.add_parser(
+        "groups", parents=parents, help="failed messages grouped by cause, largest first",
+        description="One line per failure group: exception type, message with ids masked and "
+                    "innermost stack frames (the console's and the report's groups).")
+    groups.set_defaults(handler=errors_groups)
 
     show = error_commands.add_parser("show", parents=parents,
                                      help="headers and body of one failed message")
@@ -93,10 +108,16 @@ def add_parser(
 async def errors_list(args: argparse.Namespace, settings: TransportSettings) -> int:
     async with PostgresTransport.connect(settings) as transport:
         address = await existing_queue(transport, args.queue)
-        failed = await list_failed(transport, args.queue, limit=args.limit)
-        total = await transport.depth(address)
+        if args.group:
+            grouped = [m for m in await every_failed(transport, args.queue)
+                       if m.group.key.startswith(args.group)]
+            failed, total = grouped[:args.limit], len(grouped)
+        else:
+            failed = await list_failed(transport, args.queue, limit=args.limit)
+            total = await transport.depth(address)
     if not failed:
-        print(f"no failed messages in {address}")
+        print(f"no failed messages in {address}"
+              + (f" in group {_printable(args.group, keep='')}" if args.group else ""))
         return EXIT_OK
     rows = [("native id", "failed queue", "exception type", "time of failure", "message")]
     rows.extend(_summary(message) for message in failed)
@@ -107,6 +128,44 @@ async def errors_list(args: argparse.Namespace, settings: TransportSettings) -> 
     # The total is counted after the page was read, so it can only be an approximation.
     if total > len(failed):
         print(f"({len(failed)} shown of {total} in {address}; --limit N shows more)")
+    return EXIT_OK
+
+
+async def every_failed(transport: PostgresTransport, error_queue: str) -> list[FailedMessage]:
+    """Every message of the error queue, oldest first, read a page at a time."""
+    found: list[FailedMessage] = []
+    while page := await list_failed(transport, error_queue, limit=GROUP_PAGE,
+                                    offset=len(found)):
+        found.extend(page)
+        if len(page) < GROUP_PAGE:
+            break
+    return found
+
+
+async def errors_groups(args: argparse.Namespace, settings: TransportSettings) -> int:
+    async with PostgresTransport.connect(settings) as transport:
+        address = await existing_queue(transport, args.queue)
+        failed = await every_failed(transport, args.queue)
+    if not failed:
+        print(f"no failed messages in {address}")
+        return EXIT_OK
+    groups: dict[str, list[FailedMessage]] = {}
+    for message in failed:
+        groups.setdefault(message.group.key, []).append(message)
+    rows = [("group", "count", "exception type", "failed queues", "message (ids masked)")]
+    for key, members in sorted(groups.items(), key=lambda item: -len(item[1])):
+        first = members[0]
+        exception = ("(poison message)" if isinstance(first.message, PoisonMessage)
+                     else first.exception_type or "-")
+        queues = sorted({m.failed_queue or "-" for m in members})
+        rows.append((key[:GROUP_KEY_SHOWN], str(len(members)), _printable(exception, keep=""),
+                     _printable(",".join(queues), keep=""), _first_line(first.group.title)))
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]) - 1)]
+    for row in rows:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        print("  ".join([*cells, row[-1]]).rstrip())
+    print(f"({len(failed)} messages in {len(groups)} groups; `errors list --group KEY` lists "
+          "a group's messages)")
     return EXIT_OK
 
 

@@ -3,8 +3,11 @@ endpoints and conversations, in the transport's schema.
 
 Failed messages are read from ``error_log`` (ingestion's typed rows, recorded here too before
 a page is read, by the same code the ingestion endpoint runs), joined to the error queue's
-rows still there: a retried or archived message leaves its group. A group is the messages of
-one exception type and message; its key is an md5 of the two, indexed as an expression.
+rows still there: a retried or archived message leaves its group. By default a group is a
+failure group (:mod:`endpoint_runtime.wire.failure_groups`: the exception type, its message
+with ids masked and the innermost stack frames), whose key ingestion wrote into the row
+(``failure_group``, indexed); a row written by an older version, without it, groups by an md5
+of its exception type and raw message, as before (a partial expression index covers them).
 """
 
 from __future__ import annotations
@@ -30,17 +33,23 @@ from endpoint_runtime.runtime.heartbeats import read_heartbeats
 from endpoint_runtime.transport import QueueAddress, sending, statements
 from endpoint_runtime.transport.queues import ddl_lock
 
-GROUP_KEY = ("md5(coalesce(e.exception_type, '') || chr(10) || "
-             "coalesce(e.exception_message, ''))")
+UNGROUPED_KEY = ("md5(coalesce(e.exception_type, '') || chr(10) || "
+                 "coalesce(e.exception_message, ''))")
+"""The key of a row without ``failure_group`` (written before it existed)."""
+GROUP_KEY = f"coalesce(e.failure_group, {UNGROUPED_KEY})"
 GROUPINGS = {
     "exception": GROUP_KEY,
     "queue": "md5(coalesce(e.failed_queue, ''))",
     "type": "md5(coalesce(e.message_type, ''))",
 }
-"""The ways failed messages are grouped (``?by=``): their key expressions over ``error_log e``
-(the exception's is indexed)."""
+"""The ways failed messages are grouped (``?by=``): their key expressions over ``error_log e``."""
+GROUP_FILTERS = {
+    **{by: f"{key} = $2" for by, key in GROUPINGS.items()},
+    # Either half can use an index: failure_group's, or the partial one of rows without it.
+    "exception": f"(e.failure_group = $2 OR (e.failure_group IS NULL AND {UNGROUPED_KEY} = $2))",
+}
 GROUP_LABELS = {
-    "exception": ("e.exception_type", "e.exception_message"),
+    "exception": ("e.exception_type", "coalesce(e.failure_title, e.exception_message)"),
     "queue": ("e.failed_queue", "NULL::text"),
     "type": ("e.message_type", "NULL::text"),
 }
@@ -83,8 +92,10 @@ class ConsoleData:
                         ON {self.error_log} (conversation_id);
                     CREATE INDEX IF NOT EXISTS console_audit_type_idx
                         ON {self.audit_log} ((message_type COLLATE "C"));
-                    CREATE INDEX IF NOT EXISTS console_error_group_idx
-                        ON {self.error_log} (({GROUP_KEY.replace('e.', '')}));""")
+                    DROP INDEX IF EXISTS {self.data.table("console_error_group_idx").qualified};
+                    CREATE INDEX IF NOT EXISTS console_error_ungrouped_idx
+                        ON {self.error_log} (({UNGROUPED_KEY.replace('e.', '')}))
+                        WHERE failure_group IS NULL;""")
 
     async def record(self) -> None:
         """Record the error queue's new rows into ``error_log`` (as ingestion does)."""
@@ -102,18 +113,18 @@ class ConsoleData:
 
     async def groups(self, by: str = "exception") -> list[asyncpg.Record]:
         """One row per group (see :data:`GROUPINGS`): ``label`` and ``detail`` name it.
-        Counted first per (exception, queue, type) with a hash aggregate, then folded: the
-        arrays and the key are built per group, not per message."""
+        Counted first per (group, queue, type) with a hash aggregate, then folded: the arrays
+        are built per group, not per message."""
         label, detail = GROUP_LABELS[by]
         await self.record()
         return await self.transport.pool.fetch(
-            "WITH fine AS (SELECT e.exception_type, e.exception_message, e.failed_queue, "
-            "e.message_type, count(*) AS n, min(e.time_of_failure) AS first, "
-            f"max(e.time_of_failure) AS last {self._current()} GROUP BY 1, 2, 3, 4) "
-            f"SELECT {GROUPINGS[by]} AS key, {label} AS label, {detail} AS detail, "
-            "sum(e.n)::bigint AS count, min(e.first) AS first, max(e.last) AS last, "
-            "array_agg(DISTINCT e.failed_queue) AS queues, "
-            "array_agg(DISTINCT e.message_type) AS types FROM fine e "
+            f"WITH fine AS (SELECT {GROUPINGS[by]} AS key, {label} AS label, "
+            f"{detail} AS detail, e.failed_queue, e.message_type, count(*) AS n, "
+            "min(e.time_of_failure) AS first, max(e.time_of_failure) AS last "
+            f"{self._current()} GROUP BY 1, 2, 3, 4, 5) "
+            "SELECT key, label, detail, sum(n)::bigint AS count, min(first) AS first, "
+            "max(last) AS last, array_agg(DISTINCT failed_queue) AS queues, "
+            "array_agg(DISTINCT message_type) AS types FROM fine "
             "GROUP BY 1, 2, 3 ORDER BY 4 DESC, 6 DESC", str(self.error_queue))
 
     async def group_messages(self, key: str, by: str = "exception") -> list[asyncpg.Record]:
@@ -121,13 +132,13 @@ class ConsoleData:
         return await self.transport.pool.fetch(
             f"SELECT e.native_id, e.message_type, e.failed_queue, e.time_of_failure, "
             f"e.exception_type, e.exception_message {self._current()} "
-            f"AND {GROUPINGS[by]} = $2 "
+            f"AND {GROUP_FILTERS[by]} "
             f"ORDER BY e.time_of_failure LIMIT {ROWS_SHOWN}", str(self.error_queue), key)
 
     async def group_ids(self, key: str, by: str = "exception") -> list[uuid.UUID]:
         await self.record()
         rows = await self.transport.pool.fetch(
-            f"SELECT e.native_id {self._current()} AND {GROUPINGS[by]} = $2",
+            f"SELECT e.native_id {self._current()} AND {GROUP_FILTERS[by]}",
             str(self.error_queue), key)
         return [row["native_id"] for row in rows]
 

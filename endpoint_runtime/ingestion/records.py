@@ -24,6 +24,7 @@ from endpoint_runtime.chain.recoverability.policy import (
     ErrorHeaders,
     RetryHeaders,
 )
+from endpoint_runtime.wire.failure_groups import FailureGroup, failure_group
 from endpoint_runtime.wire.messages import (
     Headers,
     PoisonMessage,
@@ -80,6 +81,10 @@ class ErrorRecord(msgspec.Struct, frozen=True, kw_only=True):
     headers: str
     reason: str | None
     """Why the row is here when it is not a failure the runtime recorded (malformed input)."""
+    failure_group: str
+    """Its failure group's key (:mod:`endpoint_runtime.wire.failure_groups`)."""
+    failure_title: str
+    """Its failure group's title: the exception message's first line, ids masked."""
 
 
 class MalformedError(ValueError):
@@ -159,6 +164,23 @@ def _shared_fields(headers: dict[str, str]) -> dict[str, Any]:
     }
 
 
+def group_of(exception_type: str | None, message: str | None,
+             headers: dict[str, str]) -> FailureGroup:
+    """The failure group of an error row: its exception type, its message (else why the row
+    is here) and its stack trace header."""
+    return failure_group(exception_type, message, headers.get(ErrorHeaders.STACK_TRACE))
+
+
+def group_of_row(exception_type: str | None, message: str | None, reason: str | None,
+                 raw_headers: str) -> FailureGroup:
+    """The failure group of a stored ``error_log`` row (rows written before the column)."""
+    try:
+        headers = decode_headers(raw_headers)
+    except Exception:
+        headers = {}
+    return group_of(exception_type, message or reason, headers)
+
+
 def error_record(
     source: str, native_id: uuid.UUID, seq: int, raw_headers: str, body_size: int,
     reason: str | None = None,
@@ -178,17 +200,21 @@ def error_record(
             times[name] = None
             reason = reason or str(exc)
     message = headers.get(ErrorHeaders.MESSAGE)
+    exception_type = _field(headers, ErrorHeaders.EXCEPTION_TYPE)
+    group = group_of(exception_type, message or reason, headers)
     return ErrorRecord(
         source=source, native_id=native_id, queue_seq=seq,
         message_id=_field(headers, Headers.MESSAGE_ID),
         failed_queue=_field(headers, ErrorHeaders.FAILED_QUEUE),
         time_sent=times[Headers.TIME_SENT],
         time_of_failure=times[ErrorHeaders.TIME_OF_FAILURE],
-        exception_type=_field(headers, ErrorHeaders.EXCEPTION_TYPE),
+        exception_type=exception_type,
         exception_message=message[:MAX_EXCEPTION_MESSAGE] if message else None,
         body_size=body_size,
         headers=raw_headers,
         reason=reason,
+        failure_group=group.key,
+        failure_title=group.title,
         **_shared_fields(headers),
     )
 

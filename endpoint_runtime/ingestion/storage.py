@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import functools
 
-from endpoint_runtime.ingestion.records import AuditRecord, ErrorRecord, columns, error_record
+import structlog
+
+from endpoint_runtime.ingestion.records import (
+    AuditRecord,
+    ErrorRecord,
+    columns,
+    error_record,
+    group_of_row,
+)
 from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
 from endpoint_runtime.transport.connection import DatabaseConnection
 from endpoint_runtime.transport.queues import ddl_lock
+
+log = structlog.get_logger("endpoint_runtime.ingestion.storage")
 
 AUDIT_FIELDS = tuple(AuditRecord.__struct_fields__)
 ERROR_FIELDS = tuple(ErrorRecord.__struct_fields__)
@@ -41,7 +51,7 @@ class OperationalData:
         names["extracts"] = names.pop("report_extracts")
         for index in ("audit_ended_idx", "audit_ingested_idx", "error_row_idx",
                       "error_failed_idx", "error_ingested_idx", "audit_xid_idx",
-                      "error_xid_idx"):
+                      "error_xid_idx", "error_group_idx"):
             names[index] = quote_identifier(index.replace("_idx", "") + "_idx")
         return names
 
@@ -62,6 +72,27 @@ class OperationalData:
             if not await connection.fetchval(self.sql["progress_has_candidate"],
                                              self._names["progress"]):
                 await connection.execute(self.sql["add_candidate"])
+            if not await connection.fetchval(self.sql["has_failure_group"],
+                                             self._names["error_log"]):
+                await connection.execute(self.sql["add_failure_group"])
+                await self.backfill_groups(connection)
+            await connection.execute(self.sql["failure_group_index"])
+
+    async def backfill_groups(self, connection: DatabaseConnection) -> int:
+        """Give every ``error_log`` row without a failure group its group (rows written
+        before the column existed, or by an older version since); returns how many."""
+        done, after = 0, 0
+        while rows := await connection.fetch(self.sql["ungrouped"], after, SCAN_BATCH):
+            groups = [group_of_row(row["exception_type"], row["exception_message"],
+                                   row["reason"], row["headers"]) for row in rows]
+            await connection.execute(self.sql["backfill_groups"], [row["id"] for row in rows],
+                                     [group.key for group in groups],
+                                     [group.title for group in groups])
+            done += len(rows)
+            after = rows[-1]["id"]
+        if done:
+            log.info("failure_groups_backfilled", table=self._names["error_log"], rows=done)
+        return done
 
     async def insert_audit(
         self, connection: DatabaseConnection, records: list[AuditRecord]

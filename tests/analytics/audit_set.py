@@ -26,6 +26,7 @@ from typing import Any
 import asyncpg
 
 from endpoint_runtime.ingestion.storage import AUDIT_FIELDS, ERROR_FIELDS, OperationalData
+from endpoint_runtime.wire.failure_groups import failure_group
 
 DAY1 = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
 DAY2 = datetime(2026, 1, 6, 9, 0, tzinfo=UTC)
@@ -44,10 +45,11 @@ def audit_row(message_id: str, message_type: str, sender: str, receiver: str,
 def error_row(seq: int, message_type: str, sender: str, receiver: str, failed_at: datetime,
               exception_type: str, message: str,
               conversation: str | None = None) -> tuple[Any, ...]:
+    group = failure_group(exception_type, message, None)  # as ingestion computes it
     return ("error", uuid.uuid4(), seq, f"e-{seq}", message_type, "Send", sender, receiver,
             "m2", f"{receiver}@public", conversation or f"f-{seq}", None,
             failed_at - timedelta(seconds=1),
-            failed_at, 3, exception_type, message, 100, "{}", None)
+            failed_at, 3, exception_type, message, 100, "{}", None, group.key, group.title)
 
 
 def place_order_end(i: int) -> datetime:

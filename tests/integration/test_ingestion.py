@@ -15,6 +15,7 @@ from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.ingestion import IngestionEndpoint
 from endpoint_runtime.ingestion.storage import CLEAN_BATCH, SCAN_BATCH
 from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.wire.failure_groups import failure_group
 from endpoint_runtime.wire.messages import Headers, encode_headers, from_wire_time
 from tests.integration.test_publish_subscribe import prepare
 from tests.support import pubsub_endpoints
@@ -272,3 +273,35 @@ async def test_a_progress_table_of_an_earlier_version_gets_the_candidate_columns
     assert await transport.pool.fetchval(
         "SELECT candidate_seq FROM ingestion_progress") == await transport.pool.fetchval(
         "SELECT max(seq) FROM error")
+
+
+async def test_an_error_log_made_before_failure_groups_gets_them_at_the_next_set_up(
+    transport: PostgresTransport,
+) -> None:
+    async with transport.pool.acquire() as connection:
+        await ingestion.data.setup(connection)
+    # The table as an older version made it: no group columns, rows across several batches.
+    await transport.pool.execute(
+        "ALTER TABLE error_log DROP COLUMN failure_group, DROP COLUMN failure_title")
+    trace = ('Traceback (most recent call last):\n  File "/app/billing.py", line 9, in charge\n'
+             "billing.CardDeclined: card declined\n")
+    rows = SCAN_BATCH + 5
+    await transport.pool.execute(
+        "INSERT INTO error_log (source, body_size, retries, exception_type, exception_message, "
+        "headers) SELECT 'public.error', 0, 0, 'billing.CardDeclined', "
+        "'card declined for ' || n, $1 FROM generate_series(1, $2) n",
+        encode_headers({ErrorHeaders.STACK_TRACE: trace}), rows)
+    await transport.pool.execute(  # a row whose headers never parsed: grouped by its reason
+        "INSERT INTO error_log (source, body_size, retries, headers, reason) "
+        "VALUES ('public.error', 0, 0, '{broken', 'headers do not parse: x 1')")
+
+    async with transport.pool.acquire() as connection:
+        await ingestion.data.setup(connection)
+
+    groups = await transport.pool.fetch(
+        "SELECT failure_group, failure_title, count(*) AS n FROM error_log GROUP BY 1, 2 "
+        "ORDER BY n DESC")
+    declined = failure_group("billing.CardDeclined", "card declined for 1", trace)
+    reason = failure_group(None, "headers do not parse: x 1", None)
+    assert [tuple(row) for row in groups] == [(declined.key, "card declined for <n>", rows),
+                                              (reason.key, reason.title, 1)]

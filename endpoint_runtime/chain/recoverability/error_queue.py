@@ -29,6 +29,7 @@ from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.transport import QueueAddress, sending, statements
 from endpoint_runtime.transport.receiving import to_message
 from endpoint_runtime.transport.sending import Executor
+from endpoint_runtime.wire.failure_groups import FailureGroup, failure_group
 from endpoint_runtime.wire.messages import (
     MACHINE,
     ErrorHeaders,
@@ -103,6 +104,15 @@ class FailedMessage(msgspec.Struct, frozen=True, kw_only=True):
     exception_message: str | None
     time_of_failure: str | None
     message: TransportMessage | PoisonMessage
+
+    @property
+    def group(self) -> FailureGroup:
+        """Its failure group (:mod:`endpoint_runtime.wire.failure_groups`), as the console
+        and the report group it; a poison message groups by why its headers do not parse."""
+        if isinstance(self.message, PoisonMessage):
+            return failure_group(None, f"headers do not parse: {self.message.reason}", None)
+        return failure_group(self.exception_type, self.exception_message,
+                             self.message.headers.get(ErrorHeaders.STACK_TRACE))
 
 
 def _failed(row: asyncpg.Record) -> FailedMessage:

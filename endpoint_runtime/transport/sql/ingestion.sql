@@ -50,7 +50,9 @@ CREATE TABLE IF NOT EXISTS {error_log} (
     headers text NOT NULL,
     reason text,
     ingested_at timestamptz NOT NULL DEFAULT statement_timestamp(),
-    ingest_xid xid8 DEFAULT pg_current_xact_id()
+    ingest_xid xid8 DEFAULT pg_current_xact_id(),
+    failure_group text,
+    failure_title text
 );
 CREATE UNIQUE INDEX IF NOT EXISTS {error_row_idx} ON {error_log} (source, native_id, queue_seq);
 CREATE INDEX IF NOT EXISTS {error_failed_idx} ON {error_log} (time_of_failure);
@@ -84,6 +86,30 @@ SELECT count(*) = 2 FROM pg_attribute
 WHERE attrelid IN (to_regclass($1::text), to_regclass($2::text)) AND attname = 'ingest_xid'
   AND NOT attisdropped;
 
+-- has_failure_group --
+-- Whether error_log has the failure group columns (tables made before they existed do not).
+SELECT count(*) = 2 FROM pg_attribute
+WHERE attrelid = to_regclass($1::text) AND attname IN ('failure_group', 'failure_title')
+  AND NOT attisdropped;
+
+-- add_failure_group --
+-- Rows written before the columns existed get their group from their own columns and headers
+-- (backfill_groups, in batches, at the set-up that adds them).
+ALTER TABLE {error_log} ADD COLUMN IF NOT EXISTS failure_group text,
+    ADD COLUMN IF NOT EXISTS failure_title text;
+
+-- ungrouped --
+SELECT id, exception_type, exception_message, reason, headers FROM {error_log}
+WHERE failure_group IS NULL AND id > $1 ORDER BY id LIMIT $2;
+
+-- backfill_groups --
+UPDATE {error_log} e SET failure_group = g.failure_group, failure_title = g.failure_title
+FROM unnest($1::bigint[], $2::text[], $3::text[]) AS g (id, failure_group, failure_title)
+WHERE e.id = g.id;
+
+-- failure_group_index --
+CREATE INDEX IF NOT EXISTS {error_group_idx} ON {error_log} (failure_group);
+
 -- add_ingest_xid --
 -- ingest_xid: the transaction that wrote the row, for the report's watermark (rows of every
 -- transaction older than the oldest one still running have committed or never will). Rows
@@ -116,11 +142,11 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[],
 INSERT INTO {error_log} (source, native_id, queue_seq, message_id, message_type, intent,
     sending_endpoint, processing_endpoint, processing_machine, failed_queue, conversation_id,
     related_to, time_sent, time_of_failure, retries, exception_type, exception_message,
-    body_size, headers, reason)
+    body_size, headers, reason, failure_group, failure_title)
 SELECT * FROM unnest($1::text[], $2::uuid[], $3::bigint[], $4::text[], $5::text[], $6::text[],
     $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[],
     $13::timestamptz[], $14::timestamptz[], $15::int[], $16::text[], $17::text[], $18::int[],
-    $19::text[], $20::text[])
+    $19::text[], $20::text[], $21::text[], $22::text[])
 ON CONFLICT (source, native_id, queue_seq) DO NOTHING;
 
 -- add_progress --
