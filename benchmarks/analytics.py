@@ -54,6 +54,7 @@ from benchmarks.common import progress, run_benchmark, throwaway_database
 from endpoint_runtime.analytics.options import ReportOptions
 from endpoint_runtime.connections.embedded import resolve_dsn, with_database
 from endpoint_runtime.ingestion.storage import AUDIT_FIELDS, ERROR_FIELDS, OperationalData
+from endpoint_runtime.wire.failure_groups import FailureGroup, failure_group
 
 QUICK_ROWS = 50_000
 CHUNK = 100_000
@@ -138,6 +139,7 @@ def generate(rows: int, days: float, seed: int = 7) -> AuditSet:
     alive = np.zeros((len(SAGA), count), dtype=bool)
     audit: list[tuple[Any, ...]] = []
     errors: list[tuple[Any, ...]] = []
+    groups: dict[tuple[str, str], FailureGroup] = {}
     for index, step in enumerate(SAGA):
         if step.parent is None:
             sent[index] = began
@@ -185,13 +187,18 @@ def generate(rows: int, days: float, seed: int = 7) -> AuditSet:
             exception_type, text = choices[int(n) % len(choices)] if not in_burst[n] else \
                 EXCEPTIONS["billing"][0]
             failed_at = start + timedelta(seconds=float(ended[index][n]) + 60)
+            message = f"{text}\n   at Handler.Handle(...) line {n % 97}"
+            group = groups.get((exception_type, text))
+            if group is None:  # as ingestion computes it (one per cause: cached)
+                group = groups[(exception_type, text)] = failure_group(exception_type, message,
+                                                                       None)
             errors.append((
                 "error", uuid.uuid4(), len(errors) + 1, message_id, step.message_type, "Publish",
                 step.sender, step.receiver, MACHINES[n % 3], step.receiver,
                 conversation_ids[n], f"{conversation_ids[n][:23]}-{step.parent:012d}",
                 start + timedelta(seconds=float(sent[index][n])), failed_at, 3,
-                exception_type, f"{text}\n   at Handler.Handle(...) line {n % 97}", 512,
-                HEADERS % message_id, None))
+                exception_type, message, 512, HEADERS % message_id, None, group.key,
+                group.title))
         alive[index] = processed
     audit.sort(key=lambda row: row[11])  # ingestion order: by processing end
     del audit[rows:]
