@@ -168,6 +168,16 @@ async def pool(database_dsn: str) -> AsyncIterator[asyncpg.Pool]:
 
 
 @pytest.fixture
+def exported() -> Iterator[Any]:
+    """``(provider, exporter)``: spans of a real OpenTelemetry SDK, kept in memory
+    (:mod:`tests.support.spans`; imported here only when a test asks for it)."""
+    from tests.support.spans import in_memory
+
+    with in_memory() as provider_and_exporter:
+        yield provider_and_exporter
+
+
+@pytest.fixture
 async def transport(database_dsn: str) -> AsyncIterator[PostgresTransport]:
     settings = TransportSettings(dsn=database_dsn, pool_max_size=20)
     async with PostgresTransport.connect(settings) as transport:

@@ -77,18 +77,19 @@ def build_pipeline(
                      if settings.audit_queue else None)
     built_in: list[Step] = [LogContextStep(endpoint, failures)]
     batches = None
+    recoverability = RecoverabilityStep(
+        endpoint=endpoint, local_address=address, error_address=error_address,
+        policy=policy, failures=failures, stats=stats, metrics=metrics, tags=tags,
+        delayed_store=store, subscriptions=subscriptions)
     if settings.tracing:  # imported only when on: off, OpenTelemetry stays out of the process
         from endpoint_runtime.chain.tracing.step import TracingStep
 
-        tracing = TracingStep(endpoint=endpoint, local_address=address,
-                              error_address=error_address)
+        tracing = TracingStep(
+            endpoint=endpoint, local_address=address, error_address=error_address,
+            decided=lambda message: recoverability.pending_decision(message) is not None)
         built_in.append(tracing)
         batches = tracing.batch  # a receive span per batch, linked from its messages'
-    built_in.append(
-        RecoverabilityStep(
-            endpoint=endpoint, local_address=address, error_address=error_address,
-            policy=policy, failures=failures, stats=stats, metrics=metrics, tags=tags,
-            delayed_store=store, subscriptions=subscriptions))
+    built_in.append(recoverability)
     if in_flight is not None:
         built_in.append(CrashLedgerStep(in_flight))
     built_in.append(MetricsStep(stats, metrics, tags))

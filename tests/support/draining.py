@@ -4,16 +4,18 @@ it sent (for integration tests that check messages in and rows out)."""
 from __future__ import annotations
 
 from endpoint_runtime import Endpoint
+from endpoint_runtime.chain.pipeline import Pipeline
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transactions.base import ReceiveStrategy
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.wire.messages import TransportMessage
 
 
-async def drain(transport: PostgresTransport, endpoint: Endpoint) -> ReceiveStrategy:
+async def drain(transport: PostgresTransport, endpoint: Endpoint,
+                pipeline: Pipeline | None = None) -> ReceiveStrategy:
     """Receive until the endpoint's queue is empty, on one slot of its mode's strategy (which
-    it returns, for its counts)."""
-    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
+    it returns, for its counts), with ``pipeline`` (default: the endpoint's chain)."""
+    strategy = endpoint.create_strategy(pipeline or endpoint.create_pipeline(), transport.pool,
                                         endpoint.settings)
     async with transport.pool.acquire() as connection:
         slot = strategy.open_slot(connection)

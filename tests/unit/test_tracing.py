@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -40,15 +39,6 @@ PARENT_ID = "00f067aa0ba902b7"
 
 class Order(msgspec.Struct):
     order_id: str
-
-
-@pytest.fixture
-def exported() -> Iterator[tuple[TracerProvider, InMemorySpanExporter]]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    yield provider, exporter
-    provider.shutdown()
 
 
 def traced_pipeline(provider: TracerProvider, handler: Any) -> Pipeline:

@@ -9,9 +9,14 @@ handlers run: the handlers' own spans and every message they send (through the o
 
 What recoverability did is on the span: a failed attempt's exception (recorded, status
 error, ``error.type``) and ``nservicebus.recoverability_action`` (the next step after a
-failure, or the move made instead of handling). A delayed retry and a move to the error queue
-also get a short producer span of their own (``delayed retry <queue>``, ``move to error
-<queue>``), children of the attempt's span.
+failure). A delayed retry and a move to the error queue get a short producer span of their
+own (``delayed retry <queue>``, ``move to error <queue>``), children of the failed attempt's
+span. The delivery that carries out such a decision (the failed attempt rolled back; the
+message comes back and is moved instead of handled) makes no ``process`` span of its own: one
+``process`` span per attempt, and the last attempt's is the one the error-queue copy and the
+delayed retry name. A decision made without an attempt of this receiver (a receiver-death
+verdict, or one whose attempt it no longer remembers) still gets a ``process`` span of its
+own, the parent of the move.
 
 A message whose sender was sampled out, under the SDK's parent-based samplers (which drop
 its span anyway), gets no span of the SDK: the sender's context goes on as the current span,
@@ -36,6 +41,9 @@ backend receives would name nothing). An empty receive makes no span.
 from __future__ import annotations
 
 import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -43,11 +51,11 @@ import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace import Link, SpanContext, SpanKind
 from opentelemetry.trace.span import format_span_id, format_trace_id
 
 from endpoint_runtime.chain.pipeline import IncomingContext, Next, Outcome, ReceivedBatch
-from endpoint_runtime.chain.recoverability.policy import Action
+from endpoint_runtime.chain.recoverability.policy import FAILURE_CACHE_SIZE, Action
 from endpoint_runtime.chain.tracing import attributes as names
 from endpoint_runtime.chain.tracing.spans import (
     OutgoingSpans,
@@ -61,6 +69,9 @@ from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.wire.messages import TransportMessage
 
 _bind = structlog.contextvars.bind_contextvars
+FAILED_ATTEMPTS_KEPT = FAILURE_CACHE_SIZE
+"""Failed attempts whose spans a tracing step remembers until their decisions are carried
+out (as many as recoverability's failure records, ``FailedMessages``)."""
 _BATCH: ContextVar[Link | None] = ContextVar("endpoint_runtime_received_batch", default=None)
 """The link to the receive span of the batch the current slot is running (a context variable:
 the slots of a receiver are tasks of one event loop)."""
@@ -74,8 +85,15 @@ class TracingStep:
     def __init__(
         self, *, endpoint: str, local_address: QueueAddress, error_address: QueueAddress,
         tracer_: trace.Tracer | None = None,
+        decided: Callable[[TransportMessage], bool] | None = None,
     ) -> None:
         self.endpoint = endpoint
+        self.decided = decided
+        """Whether recoverability will move a message instead of handling it (its failed
+        attempt's decision: ``RecoverabilityStep.pending_decision``); ``None``: never asked."""
+        self._failed_attempts: OrderedDict[uuid.UUID, SpanContext] = OrderedDict()
+        """The span of each message's last failed attempt, until its decision is carried out
+        (at most :data:`FAILED_ATTEMPTS_KEPT`, oldest dropped)."""
         self.queue = str(local_address)
         self.error_queue = str(error_address)
         self._name = f"process {self.queue}"
@@ -92,6 +110,11 @@ class TracingStep:
     async def __call__(self, context: IncomingContext, next: Next) -> None:
         message = context.message
         headers = message.headers if isinstance(message, TransportMessage) else None
+        if (headers is not None and self._failed_attempts and self.decided is not None
+                and message.native_id in self._failed_attempts
+                and self.decided(message)):  # type: ignore[arg-type]
+            await self._carry_out(context, next, headers)
+            return
         if headers is not None:
             parent, links = incoming_parent(headers)
         else:  # a poison row: its headers did not parse
@@ -128,6 +151,39 @@ class TracingStep:
             if span.is_recording():
                 self._verdict(span, context)
             span.end()
+            if headers is not None and self.decided is not None:
+                self._remember(message.native_id, ids if context.failure is not None else None)
+
+    def _remember(self, native_id: uuid.UUID, attempt: SpanContext | None) -> None:
+        """Keep (or, ``None``, forget) the span of ``native_id``'s last failed attempt."""
+        if attempt is None:
+            self._failed_attempts.pop(native_id, None)
+            return
+        self._failed_attempts[native_id] = attempt
+        self._failed_attempts.move_to_end(native_id)
+        if len(self._failed_attempts) > FAILED_ATTEMPTS_KEPT:
+            self._failed_attempts.popitem(last=False)
+
+    async def _carry_out(self, context: IncomingContext, next: Next,
+                         headers: dict[str, str]) -> None:
+        """A delivery that carries out its failed attempt's decision: no span of its own;
+        the move is a child of that attempt's span, which the copies name."""
+        message = context.message
+        attempt = self._failed_attempts[message.native_id]
+        trace_id, span_id = format_trace_id(attempt.trace_id), format_span_id(attempt.span_id)
+        _bind(trace_id=trace_id, span_id=span_id)
+        headers[names.PROCESSING_TRACEPARENT] = (
+            f"00-{trace_id}-{span_id}-{attempt.trace_flags:02x}")
+        parent = trace.NonRecordingSpan(attempt)
+        token = otel_context.attach(trace.set_span_in_context(parent))
+        try:
+            await next(context)
+        finally:
+            otel_context.detach(token)
+        if context.outcome is Outcome.CONSUMED and attempt.trace_flags.sampled:
+            self._moved(parent, context)
+        if context.outcome is Outcome.CONSUMED:
+            self._failed_attempts.pop(message.native_id, None)
 
     def batch(self) -> TracedBatch:
         """The scope of one received batch (the chain's
@@ -165,8 +221,12 @@ class TracingStep:
         if action is None:
             return
         span.set_attribute(names.RECOVERABILITY_ACTION, str(action))
-        if context.outcome is not Outcome.CONSUMED:
-            return
+        if context.outcome is Outcome.CONSUMED:
+            self._moved(span, context)
+
+    def _moved(self, span: Any, context: IncomingContext) -> None:
+        """The producer span of the move a consumed delivery made, if any."""
+        action = context.recoverability_action
         if action == Action.DELAYED_RETRY:
             self._move(span, context, "delayed retry", self.queue)
         elif action == Action.ERROR_QUEUE:
