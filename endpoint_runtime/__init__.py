@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from endpoint_runtime.chain.context import HandlerContext
+from endpoint_runtime.chain.context import HandlerContext, current_context
 from endpoint_runtime.chain.pipeline import IncomingContext, Next
 from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.connections.connecting import PostgresTransport
@@ -27,6 +27,7 @@ from endpoint_runtime.errors import (
     ConfigurationError,
     DiscardMessage,
     EndpointRuntimeError,
+    HandlerReturnError,
     MessageDecodeError,
     QueueNotFoundError,
     RetryLater,
@@ -48,6 +49,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     # endpoints and handlers
     "Endpoint",
     "HandlerContext",
+    "current_context",
     "TransactionMode",
     "load_endpoint",
     # steps of one's own (Endpoint.add_step)
@@ -73,6 +75,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     # errors
     "EndpointRuntimeError",
     "ConfigurationError",
+    "HandlerReturnError",
     "MessageDecodeError",
     "QueueNotFoundError",
     "RoutingError",

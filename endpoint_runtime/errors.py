@@ -69,6 +69,11 @@ class RoutingError(EndpointRuntimeError):
     failure of the handler that sent it (retries, then the error queue), or of the caller."""
 
 
+class HandlerReturnError(EndpointRuntimeError):
+    """A handler returned something that is neither a message nor a sequence of messages: a
+    failure of that handler (nothing it returned is sent)."""
+
+
 class MessageError(EndpointRuntimeError):
     """A message cannot be turned into a typed object."""
 

@@ -32,7 +32,7 @@ from typing import Any, NoReturn, cast
 
 import msgspec
 
-from endpoint_runtime.chain.context import HandlerContext
+from endpoint_runtime.chain.context import CURRENT_CONTEXT, HandlerContext
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.subscriptions import Routes, SubscriptionStore, topics_of
@@ -293,8 +293,12 @@ async def invoke(endpoint: Endpoint, message: msgspec.Struct,
     message_type = endpoint.registry.message_types.resolve(
         received.headers[Headers.ENCLOSED_MESSAGE_TYPES])
     decoded = endpoint.registry.message_types.decode(message_type, received.body)
-    for handler in handlers:
-        await handler(decoded, context)
+    token = CURRENT_CONTEXT.set(context)
+    try:
+        for handler in handlers:  # either shape; what a handler returns is sent as it returns
+            await endpoint.registry.call(handler, decoded, context)
+    finally:
+        CURRENT_CONTEXT.reset(token)
     return context
 
 

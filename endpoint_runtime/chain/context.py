@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, cast
 
@@ -65,6 +66,32 @@ class OutgoingDispatcher(Protocol):
 def route_of(routes: RouteTable | None, message: msgspec.Struct) -> str:
     """The queue ``message`` is routed to (:class:`RoutingError` when none is)."""
     return (routes or NO_ROUTES).require(type(message))
+
+
+CURRENT_CONTEXT: ContextVar[HandlerContext | None] = ContextVar(
+    "endpoint_runtime_handler_context", default=None)
+"""The context of the message whose handlers run in this task (set by the chain around
+them)."""
+
+
+def current_context() -> HandlerContext:
+    """The :class:`HandlerContext` of the message being handled, for handlers that take the
+    message alone and for code they call::
+
+        @endpoint.handler
+        async def place_order(message: PlaceOrder) -> OrderAccepted:
+            await current_context().connection.execute("INSERT ...", message.order_id)
+            return OrderAccepted(order_id=message.order_id)
+
+    Raises:
+        EndpointRuntimeError: called outside a handler.
+    """
+    context = CURRENT_CONTEXT.get()
+    if context is None:
+        raise EndpointRuntimeError(
+            "current_context() is only available while a handler runs (in the handler's "
+            "task, or tasks it starts)")
+    return context
 
 
 NO_ROUTES = RouteTable()

@@ -1,7 +1,11 @@
-"""Handler registry: message type -> handlers, in registration order.
+"""Handler registry: message type -> handlers, in registration order, and how one is called.
 
-The message type comes from the annotation of a handler's first parameter. Registration fails
-at once, with a clear error, for anything that could not run later.
+The message type comes from the annotation of a handler's first parameter. A handler takes
+``(message, context)`` or ``(message)`` alone (the context is then
+:func:`~endpoint_runtime.chain.context.current_context`), and may return what it cascades: a
+message, or a sequence of messages, sent inside the message's transaction as if the handler
+had sent them (:func:`cascade`: events published, everything else sent by its route).
+Registration fails at once, with a clear error, for anything that could not run later.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ from typing import Any
 import msgspec
 
 from endpoint_runtime.chain.recoverability.policy import RetryLimits
-from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.wire.message_kinds import kind_of
+from endpoint_runtime.errors import ConfigurationError, HandlerReturnError
+from endpoint_runtime.wire.message_kinds import MessageKind, kind_of
 from endpoint_runtime.wire.serialization import MessageTypes
 
 _ENDPOINTS_LIMITS = RetryLimits()
@@ -24,7 +28,9 @@ _ENDPOINTS_LIMITS = RetryLimits()
 if typing.TYPE_CHECKING:
     from endpoint_runtime.chain.context import HandlerContext
 
-Handler = Callable[[Any, "HandlerContext"], Awaitable[None]]
+Handler = Callable[..., Awaitable[Any]]
+"""``async def handler(message: T, context: HandlerContext) -> None | Struct | Sequence[...]``,
+or the same without ``context``."""
 
 
 class HandlerRegistry:
@@ -33,6 +39,8 @@ class HandlerRegistry:
     def __init__(self) -> None:
         self._handlers: dict[type[msgspec.Struct], list[Handler]] = {}
         self._limits: dict[Handler, RetryLimits] = {}
+        self._without_context: set[Handler] = set()
+        """Handlers that take the message alone."""
         self.message_types = MessageTypes()
 
     def register(
@@ -49,6 +57,7 @@ class HandlerRegistry:
             raise ConfigurationError(
                 f"handler {_name(handler)} must be an async function (async def)"
             )
+        takes_context = len(_parameters(handler)) == 2
         if message_type is None:
             message_type = message_type_of(handler)
         kind_of(message_type)  # a type declared both a command and an event fails here
@@ -59,12 +68,24 @@ class HandlerRegistry:
                 f"handler {_name(handler)} is already registered for {message_type.__name__}"
             )
         registered.append(handler)
+        if not takes_context:
+            self._without_context.add(handler)
         if limits is not None:
             for name in ("immediate_retries", "delayed_retries"):
                 value = getattr(limits, name)
                 if value is not None and value < 0:
                     raise ConfigurationError(f"{name} of {_name(handler)} cannot be negative")
             self._limits[handler] = limits
+
+    async def call(self, handler: Handler, message: Any, context: HandlerContext) -> None:
+        """Run ``handler`` on ``message`` as it was declared (with or without the context),
+        then cascade what it returned."""
+        if handler in self._without_context:
+            returned = await handler(message)
+        else:
+            returned = await handler(message, context)
+        if returned is not None:
+            await cascade(context, returned, handler)
 
     def limits_for(self, handler: Handler) -> RetryLimits:
         return self._limits.get(handler, _ENDPOINTS_LIMITS)
@@ -80,13 +101,43 @@ class HandlerRegistry:
         return sum(len(h) for h in self._handlers.values())
 
 
+def _parameters(handler: Handler) -> list[inspect.Parameter]:
+    parameters = list(inspect.signature(handler).parameters.values())
+    if len(parameters) not in (1, 2) or any(
+            p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters):
+        raise ConfigurationError(
+            f"handler {_name(handler)} must take (message, context) or (message) alone"
+        )
+    return parameters
+
+
+async def cascade(context: HandlerContext, returned: object, handler: Handler) -> None:
+    """Send what ``handler`` returned, in order, as the handler would have: an event is
+    published, any other message sent by its route (``RoutingError`` without one).
+
+    Raises:
+        HandlerReturnError: ``returned`` is neither a message nor a sequence of messages
+            (nothing of it is sent).
+    """
+    if isinstance(returned, msgspec.Struct):
+        messages: list[msgspec.Struct] = [returned]
+    elif isinstance(returned, list | tuple) and all(
+            isinstance(item, msgspec.Struct) for item in returned):
+        messages = list(returned)
+    else:
+        raise HandlerReturnError(
+            f"handler {_name(handler)} returned {type(returned).__qualname__}: a handler "
+            "returns None, a message (a msgspec.Struct) or a list or tuple of messages")
+    for message in messages:
+        if kind_of(type(message)) is MessageKind.EVENT:
+            await context.publish(message)
+        else:
+            await context.send(message)
+
+
 def message_type_of(handler: Handler) -> type[msgspec.Struct]:
     """The msgspec Struct type annotated on the handler's first parameter."""
-    parameters = list(inspect.signature(handler).parameters.values())
-    if len(parameters) != 2:
-        raise ConfigurationError(
-            f"handler {_name(handler)} must take two parameters: (message, context)"
-        )
+    parameters = _parameters(handler)
     try:
         hints = typing.get_type_hints(handler)
     except Exception as exc:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Protocol
 
-from endpoint_runtime.chain.context import HandlerContext
+from endpoint_runtime.chain.context import CURRENT_CONTEXT, HandlerContext
 from endpoint_runtime.chain.handlers import HandlerRegistry
 from endpoint_runtime.chain.metrics import UNKNOWN_TYPE, Metrics
 from endpoint_runtime.chain.pipeline import IncomingContext, Next, ProcessingStats
@@ -213,9 +213,13 @@ class InvokeHandlersStep:
             outgoing_hooks=context.outgoing_hooks, items=context.items, routes=self.routes,
         )
         context.started = time.time()
-        for handler in handlers:
-            context.limits = self.registry.limits_for(handler)
-            await handler(body, handler_context)
+        token = CURRENT_CONTEXT.set(handler_context)
+        try:
+            for handler in handlers:
+                context.limits = self.registry.limits_for(handler)
+                await self.registry.call(handler, body, handler_context)
+        finally:
+            CURRENT_CONTEXT.reset(token)
         context.limits = None
         context.ended = time.time()
         # The last step by construction: nothing after it to call.

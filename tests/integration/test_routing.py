@@ -130,3 +130,42 @@ async def test_a_deployment_start_names_the_routes_whose_queues_do_not_exist(
     with structlog.testing.capture_logs() as logs:
         await prepare_endpoint(endpoint, settings)
     assert not [entry for entry in logs if entry["event"] == "routes_to_missing_queues"]
+
+
+def returning_endpoint(mode: str) -> Endpoint:
+    retries = {} if mode == "none" else {"immediate_retries": 1, "delayed_retries": 0}
+    endpoint = Endpoint("orders", **MODES[mode], **retries)
+    if mode == "outbox":
+        endpoint.enable_outbox()
+    endpoint.route(ROUTED, to="payments")
+
+    @endpoint.handler
+    async def place(message: Order) -> list[msgspec.Struct]:  # the message alone
+        return [ChargeCard(message.n), ChargeCard(-message.n)]
+
+    @endpoint.handler(message_type=Order)
+    async def check(message: Order, context: HandlerContext) -> None:
+        if message.n == 2:  # fails after the first handler's messages were cascaded
+            raise RuntimeError("declined")
+
+    return endpoint
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_returned_messages_go_by_route_inside_the_messages_transaction(
+    transport: PostgresTransport, mode: str,
+) -> None:
+    endpoint = returning_endpoint(mode)
+    await prepare(transport, endpoint)
+    for n in (1, 2, 3):
+        await transport.send("orders", create_outgoing(Order(n)))
+
+    await drain(transport, endpoint)
+
+    # As sends from the handler: they commit with the receive, or, in receive-only and none,
+    # leave at once (each failed attempt's stay sent).
+    ghosts = {"receive_only": [2, 2], "none": [2]}.get(mode, [])
+    expected = sorted([1, 3, *ghosts] + [-n for n in (1, 3, *ghosts)])
+    assert await ns(transport, "payments") == expected
+    [failed] = await received_all(transport, "error")
+    assert msgspec.json.decode(failed.body, type=Order) == Order(2)

@@ -62,10 +62,15 @@ def test_invalid_registrations_fail_at_once() -> None:
     with pytest.raises(ConfigurationError, match=r"not a msgspec\.Struct"):
         endpoint.register(wrong_type)
 
-    async def one_parameter(message: PlaceOrder) -> None: ...
+    async def three_parameters(message: PlaceOrder, context: HandlerContext, x: int) -> None: ...
 
-    with pytest.raises(ConfigurationError, match="two parameters"):
-        endpoint.register(one_parameter)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"\(message, context\) or \(message\) alone"):
+        endpoint.register(three_parameters)
+
+    async def keyword_only(message: PlaceOrder, *, context: HandlerContext) -> None: ...
+
+    with pytest.raises(ConfigurationError, match=r"\(message, context\) or \(message\) alone"):
+        endpoint.register(keyword_only)
 
 
 def test_send_only_endpoint_cannot_have_handlers() -> None:
