@@ -22,7 +22,7 @@ from datetime import timedelta
 import asyncpg
 import msgspec
 
-from endpoint_runtime import Command, Endpoint, HandlerContext, Sender
+from endpoint_runtime import Command, Endpoint, Sender
 from endpoint_runtime.sagas import Saga, handles, starts
 
 PAYMENT_TIMEOUT = timedelta(seconds=3)
@@ -52,7 +52,7 @@ class PaymentOverdue(msgspec.Struct, Command, frozen=True, kw_only=True):
 
 
 class FulfilmentState(msgspec.Struct):
-    order_id: str = ""
+    order_id: str  # the correlation: set from the message that starts an instance
     placed: bool = False
     paid: bool = False
 
@@ -68,31 +68,31 @@ CREATE TABLE IF NOT EXISTS fulfilment_outcomes (
 class OrderFulfilment(Saga[FulfilmentState]):
     """Ship once placed and paid, in any order; cancel when the payment is overdue."""
 
-    correlation = "order_id"
+    correlation = "order_id"  # stated once: every message's order_id holds the value
 
-    @starts(correlate="order_id")
-    async def placed(self, message: FulfilOrder, context: HandlerContext) -> None:
+    @starts
+    async def placed(self, message: FulfilOrder) -> None:
         self.state.placed = True
-        await self.step_forward(context)
+        await self.step_forward()
 
-    @starts(correlate="order_id")
-    async def paid(self, message: PaymentReceived, context: HandlerContext) -> None:
+    @starts
+    async def paid(self, message: PaymentReceived) -> None:
         self.state.paid = True
-        await self.step_forward(context)
+        await self.step_forward()
 
-    @handles()  # a timeout finds its instance by saga id
-    async def overdue(self, message: PaymentOverdue, context: HandlerContext) -> None:
-        await self.decide(context, "cancelled")
+    @handles  # a timeout finds its instance by saga id
+    async def overdue(self, message: PaymentOverdue) -> None:
+        await self.decide("cancelled")
 
-    async def step_forward(self, context: HandlerContext) -> None:
+    async def step_forward(self) -> None:
         if self.is_new:
-            await self.request_timeout(context, PaymentOverdue(order_id=self.state.order_id),
+            await self.request_timeout(PaymentOverdue(order_id=self.state.order_id),
                                        delay=PAYMENT_TIMEOUT)
         if self.state.placed and self.state.paid:
-            await self.decide(context, "shipped")
+            await self.decide("shipped")
 
-    async def decide(self, context: HandlerContext, outcome: str) -> None:
-        await context.connection.execute(
+    async def decide(self, outcome: str) -> None:
+        await self.context.connection.execute(
             "INSERT INTO fulfilment_outcomes (order_id, outcome) VALUES ($1, $2)",
             self.state.order_id, outcome)
         self.mark_as_complete()

@@ -71,11 +71,10 @@ async def invoke_saga(saga_type: type[G], message: msgspec.Struct, *,
         if not handler.starts:
             raise ConfigurationError(f"{type(message).__name__} does not start saga "
                                      f"{saga_type.__name__}: give state= of an instance")
-        saga.state = msgspec.convert(
-            {definition.correlation: handler.correlation_value(decoded)}, definition.state_type)
+        saga.state = definition.new_state(decoded, handler.correlation_value(decoded))
         saga.originator = originator or context.headers.get(Headers.REPLY_TO_ADDRESS)
     else:
         saga.state = state
         saga.originator = originator
-    await handler.method(saga, decoded, context)
+    await handler.run(saga, decoded, context)
     return saga, context

@@ -5,6 +5,10 @@ complete), ``Bump`` counts on a live instance only, ``Overdue`` (a timeout) canc
 effect is a message in ``shipments``. ``Tally``: many starters of one key, each adding its
 ``n``; a ``hold`` key waits on an advisory lock the test holds, between the look-up and the
 save, so that concurrent starters race on the correlation index for certain.
+
+Both are written in the short form (docs/sagas.md): the correlation stated once, on the class;
+states without sentinel defaults; bare ``@starts``/``@handles``; methods without the context
+(``self.context``); timeouts and replies without it; sends by route.
 """
 
 from __future__ import annotations
@@ -59,7 +63,7 @@ class PaymentAccepted(msgspec.Struct):
 
 
 class OrderState(msgspec.Struct):
-    order_id: str = ""
+    order_id: str
     placed: bool = False
     paid: bool = False
     bumps: int = 0
@@ -71,43 +75,42 @@ async def hold(context: HandlerContext) -> None:
 
 
 class OrderSaga(Saga[OrderState]):
-    correlation = "order_id"
+    correlation = "order_id"  # stated once: each message's order_id holds the value
 
-    @starts(correlate="order_id")
-    async def placed(self, message: Placed, context: HandlerContext) -> None:
+    @starts
+    async def placed(self, message: Placed) -> None:
         self.state.placed = True
         if message.timeout_s is not None:
-            await self.request_timeout(context, Overdue(message.order_id),
+            await self.request_timeout(Overdue(message.order_id),
                                        delay=timedelta(seconds=message.timeout_s))
         if message.ask_payment:
-            await context.send(AskPayment(message.order_id), destination="payments")
-        await self.ship_when_ready(context)
+            await self.context.send(AskPayment(message.order_id))  # by route: payments
+        await self.ship_when_ready()
 
-    @starts(correlate="order_id")
-    async def paid(self, message: Paid, context: HandlerContext) -> None:
+    @starts
+    async def paid(self, message: Paid) -> None:
         self.state.paid = True
-        await self.ship_when_ready(context)
+        await self.ship_when_ready()
 
-    @handles(correlate="order_id")
-    async def bump(self, message: Bump, context: HandlerContext) -> None:
+    @handles
+    async def bump(self, message: Bump) -> None:
         if message.hold:
-            await hold(context)
+            await hold(self.context)
         self.state.bumps += 1
 
-    @handles()  # by saga id: a timeout
-    async def overdue(self, message: Overdue, context: HandlerContext) -> None:
-        await context.send(Cancelled(self.state.order_id), destination="shipments")
+    @handles  # a timeout: found by its saga id
+    async def overdue(self, message: Overdue) -> None:
+        await self.context.send(Cancelled(self.state.order_id))
         self.mark_as_complete()
 
-    @handles()  # by saga id: the reply to AskPayment
-    async def accepted(self, message: PaymentAccepted, context: HandlerContext) -> None:
+    @handles  # the reply to AskPayment: no order_id, found by saga id
+    async def accepted(self, message: PaymentAccepted) -> None:
         self.state.reference = message.reference
 
-    async def ship_when_ready(self, context: HandlerContext) -> None:
+    async def ship_when_ready(self) -> None:
         if self.state.placed and self.state.paid:
-            await context.send(Ship(self.state.order_id, self.state.bumps),
-                               destination="shipments")
-            await self.reply_to_originator(context, Ship(self.state.order_id))
+            await self.context.send(Ship(self.state.order_id, self.state.bumps))
+            await self.reply_to_originator(Ship(self.state.order_id))
             self.mark_as_complete()
 
 
@@ -118,20 +121,24 @@ class Add(msgspec.Struct):
 
 
 class TallyState(msgspec.Struct):
-    key: str = ""
+    key: str
     seen: list[int] = msgspec.field(default_factory=list)
 
 
 class Tally(Saga[TallyState]):
     correlation = "key"
 
-    @starts(correlate="key")
-    async def add(self, message: Add, context: HandlerContext) -> None:
+    @starts
+    async def add(self, message: Add) -> None:
         if message.hold:
-            await hold(context)
+            await hold(self.context)
         self.state.seen.append(message.n)
 
 
+
+
+ROUTES: dict[type, str] = {Ship: "shipments", Cancelled: "shipments", AskPayment: "payments"}
+"""Where the sagas' commands go (an endpoint's ``route``; ``invoke_saga(routes=ROUTES)``)."""
 
 
 def saga_endpoint(mode: str = "atomic", *, name: str = "fulfilment",
@@ -141,6 +148,8 @@ def saga_endpoint(mode: str = "atomic", *, name: str = "fulfilment",
     endpoint = Endpoint(name, **{**MODES[mode], **retries, **overrides})
     if mode == "outbox":
         endpoint.enable_outbox()
+    for message_type, queue in ROUTES.items():
+        endpoint.route(message_type, to=queue)
     endpoint.saga(OrderSaga, concurrency=concurrency)
     endpoint.saga(Tally, concurrency=concurrency)
     return endpoint

@@ -81,7 +81,8 @@ class FloatKey(msgspec.Struct):
 
 
 @pytest.mark.parametrize(("state", "correlation", "mark", "says"), [
-    (NoDefaults, "key", None, "need defaults"),
+    (NoDefaults, "key", None, r"state fields \[.total.\] have no default and the starting "
+                              r"message Start has no field"),
     (FloatKey, "key", None, "use one of str, int, UUID"),
     (Keyed, "missing", None, "is not a field of Keyed"),
     (Keyed, "key", handles(correlate="key"), "no message type starts it"),

@@ -11,6 +11,7 @@ from endpoint_runtime import ConfigurationError
 from endpoint_runtime.sagas.testing import invoke_saga
 from endpoint_runtime.wire.messages import Headers
 from tests.support.saga_endpoints import (
+    ROUTES,
     Bump,
     OrderSaga,
     OrderState,
@@ -38,7 +39,7 @@ async def test_the_second_message_ships_replies_to_the_originator_and_completes(
     saga_id = uuid.uuid4()
     saga, context = await invoke_saga(
         OrderSaga, Paid("o-1"), state=OrderState(order_id="o-1", placed=True),
-        saga_id=saga_id, originator="customers")
+        saga_id=saga_id, originator="customers", routes=ROUTES)
     assert saga.completed
     assert saga.saga_id == saga_id
     assert [(s.message, s.destination) for s in context.sent] == [

@@ -85,7 +85,7 @@ class SagaInvocation:
                               "New" if saga.is_new else "Updated")
         session.active = invoked
         try:
-            await self.handler.method(saga, message, context)
+            await self.handler.run(saga, message, context)
         finally:
             session.active = None
         await self._save(connection, saga, row, value, before)
@@ -119,7 +119,7 @@ class SagaInvocation:
     def _new(self, message: Any, context: HandlerContext, value: Any) -> Saga[Any]:
         definition = self.definition
         saga = definition.saga_type()
-        saga.state = msgspec.convert({definition.correlation: value}, definition.state_type)
+        saga.state = definition.new_state(message, value)
         saga.saga_id = uuid.uuid4()
         saga.is_new = True
         saga.completed = False
