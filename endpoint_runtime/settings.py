@@ -17,7 +17,7 @@ import typing
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import msgspec
 
@@ -261,6 +261,43 @@ class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 def _default_concurrency() -> int:
     return max(2, os.cpu_count() or 1)
+
+
+class EndpointOptions(TypedDict, total=False):
+    """The keyword settings of ``Endpoint(name, **options)``, typed: an editor completes them
+    and mypy or pyright reject a misspelt name or a wrong type (each is the
+    :class:`EndpointSettings` field of the same name; ``tests/unit/test_endpoint_options.py``
+    keeps the two in step). A nested setting may also be given as a mapping of its fields."""
+
+    transaction_mode: TransactionMode | Literal["none", "receive_only",
+                                                "sends_atomic_with_receive"]
+    max_concurrency: int
+    slots_per_receiver: int
+    min_receivers: int
+    batch_size: int
+    batch_isolation: Literal["optimistic", "savepoint"]
+    immediate_retries: int | None
+    delayed_retries: int | None
+    delayed_retry_delay: float
+    delayed_retries_give_up_after: float
+    error_queue: str
+    audit_queue: str | None
+    auto_subscribe: bool
+    circuit_breaker_time_to_trigger: float
+    circuit_breaker_armed_delay: float
+    circuit_breaker_triggered_delay: float
+    throttle_after_failures: int
+    throttle_delay: float
+    on_critical_error: Literal["stop", "log"]
+    delayed_delivery: DelayedDeliverySettings | Mapping[str, Any]
+    outbox: OutboxSettings | Mapping[str, Any] | None
+    stop_timeout: float
+    scale_down_after: float
+    receiver_num_cpus: float
+    receiver_resources: dict[str, float]
+    tracing: bool
+    routes: dict[str, str]
+    transport: TransportSettings | Mapping[str, Any]
 
 
 class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -24,6 +24,7 @@ import msgspec
 
 from endpoint_runtime import Command, Endpoint, Sender
 from endpoint_runtime.sagas import Saga, handles, starts
+from endpoint_runtime.transport.connection import DatabaseConnection
 
 PAYMENT_TIMEOUT = timedelta(seconds=3)
 """How long the saga waits for the second message before it cancels the order."""
@@ -104,7 +105,7 @@ def add_to(endpoint: Endpoint) -> None:
     endpoint.saga(OrderFulfilment)
 
     @endpoint.on_install(tables=["fulfilment_outcomes"])
-    async def outcomes_table(connection: asyncpg.Connection) -> None:
+    async def outcomes_table(connection: DatabaseConnection) -> None:
         await connection.execute(OUTCOMES)
 
 

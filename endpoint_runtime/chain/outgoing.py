@@ -37,7 +37,9 @@ from endpoint_runtime.wire.messages import (
 )
 from endpoint_runtime.wire.serialization import encode_body, message_type_name
 
-OutgoingHook: TypeAlias = Callable[[MutableMapping[str, str]], None]
+OutgoingHook: TypeAlias = Callable[[MutableMapping[str, str]], object]
+"""Called with an outgoing message's headers to change them; what it returns is ignored (so
+``lambda headers: headers.setdefault(...)`` is one)."""
 """Called with the headers of an outgoing message before it is encoded; may change them."""
 
 _type_names: dict[type, str] = {}

@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, Unpack, overload
 
 import asyncpg
 import msgspec
@@ -48,6 +48,7 @@ from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.modes import rules_of
 from endpoint_runtime.runtime.sender import Sender
 from endpoint_runtime.settings import (
+    EndpointOptions,
     EndpointSettings,
     OutboxSettings,
     TransportSettings,
@@ -98,9 +99,9 @@ class Endpoint:
         unrecoverable_exceptions: tuple[type[BaseException], ...] = (),
         delayed_store: DelayedMessageStore | None = None,
         schema_sql: str | None = None,
-        **overrides: Any,
+        **overrides: Unpack[EndpointOptions],
     ) -> None:
-        transport_in_code = _transport_fields_in_code(settings, overrides)
+        transport_in_code = _transport_fields_in_code(settings, dict(overrides))
         if settings is None:
             settings = load_settings(EndpointSettings, **overrides)
         elif overrides:
