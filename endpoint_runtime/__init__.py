@@ -36,7 +36,16 @@ from endpoint_runtime.errors import (
 )
 from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.runtime.sender import Sender
-from endpoint_runtime.settings import EndpointSettings, TransportSettings, load_settings
+from endpoint_runtime.settings import (
+    Atomic,
+    EndpointSettings,
+    NoTransaction,
+    Outbox,
+    ReceiveOnly,
+    Transaction,
+    TransportSettings,
+    load_settings,
+)
 from endpoint_runtime.transactions import TransactionMode
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.wire.message_kinds import Command, Event
@@ -51,6 +60,12 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     "HandlerContext",
     "current_context",
     "TransactionMode",
+    # the transaction shape, one value (Endpoint(transaction=...))
+    "Transaction",
+    "Atomic",
+    "ReceiveOnly",
+    "Outbox",
+    "NoTransaction",
     "load_endpoint",
     # steps of one's own (Endpoint.add_step)
     "IncomingContext",

@@ -17,7 +17,7 @@ import typing
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypedDict
+from typing import Any, Literal, TypeAlias, TypedDict
 
 import msgspec
 
@@ -261,6 +261,82 @@ class OutboxSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 def _default_concurrency() -> int:
     return max(2, os.cpu_count() or 1)
+
+
+class NoTransaction(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The receive commits before the handlers run: at most once, no retries (NServiceBus's
+    ``TransportTransactionMode.None``)."""
+
+
+class ReceiveOnly(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """The receive rolls back on failure; sends leave at once (NServiceBus's
+    ``TransportTransactionMode.ReceiveOnly``)."""
+
+
+class Atomic(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Receive, business writes and sends commit as one (NServiceBus's
+    ``TransportTransactionMode.SendsAtomicWithReceive``), the default; ``batch``: up to that
+    many messages per transaction, ``isolation``: how a batch keeps one message's failure from
+    the others (:attr:`EndpointSettings.batch_isolation`; batches only)."""
+
+    batch: int = 1
+    isolation: Literal["optimistic", "savepoint"] = "optimistic"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
+            raise ConfigurationError(f"Atomic(batch=...) must be a whole number of at least 1 "
+                                     f"(got {self.batch!r})")
+        if self.isolation not in ("optimistic", "savepoint"):
+            raise ConfigurationError(f"unknown isolation {self.isolation!r}; choose optimistic "
+                                     "or savepoint")
+        if self.batch == 1 and self.isolation != "optimistic":
+            raise ConfigurationError(
+                "isolation applies to batches: Atomic(batch=N, isolation=...) with N > 1")
+
+
+class Outbox(OutboxSettings, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Receive-only transport transactions with the outbox: an exactly-once effect on business
+    data (NServiceBus's outbox); any :class:`OutboxSettings` field as a keyword."""
+
+
+Transaction: TypeAlias = NoTransaction | ReceiveOnly | Atomic | Outbox
+"""How an endpoint's transactions are shaped, as one value: ``Endpoint(name,
+transaction=Atomic(batch=50))``. It stands for the settings ``transaction_mode``,
+``batch_size``, ``batch_isolation`` and ``outbox`` (:func:`transaction_fields`), which it
+replaces: an invalid combination of them cannot be written."""
+TRANSACTION_FIELDS = ("transaction_mode", "batch_size", "batch_isolation", "outbox")
+
+
+def transaction_fields(transaction: Transaction) -> dict[str, Any]:
+    """The :class:`EndpointSettings` fields ``transaction`` stands for."""
+    if isinstance(transaction, Outbox):
+        outbox = OutboxSettings(**msgspec.structs.asdict(transaction))
+        return {"transaction_mode": TransactionMode.RECEIVE_ONLY, "batch_size": 1,
+                "batch_isolation": "optimistic", "outbox": outbox}
+    if isinstance(transaction, Atomic):
+        return {"transaction_mode": TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
+                "batch_size": transaction.batch, "batch_isolation": transaction.isolation,
+                "outbox": None}
+    if isinstance(transaction, ReceiveOnly | NoTransaction):
+        mode = (TransactionMode.RECEIVE_ONLY if isinstance(transaction, ReceiveOnly)
+                else TransactionMode.NONE)
+        return {"transaction_mode": mode, "batch_size": 1, "batch_isolation": "optimistic",
+                "outbox": None}
+    raise ConfigurationError(
+        f"transaction= takes NoTransaction(), ReceiveOnly(), Atomic(...) or Outbox(...), "
+        f"not {transaction!r}")
+
+
+def transaction_of(settings: EndpointSettings) -> Transaction:
+    """The one value for ``settings``' transaction shape."""
+    if settings.outbox is not None:
+        return Outbox(**msgspec.structs.asdict(settings.outbox))
+    if settings.mode is TransactionMode.NONE:
+        return NoTransaction()
+    if settings.mode is TransactionMode.RECEIVE_ONLY:
+        return ReceiveOnly()
+    return Atomic(batch=settings.batch_size,
+                  isolation=settings.batch_isolation if settings.batch_size > 1 else "optimistic")
 
 
 class EndpointOptions(TypedDict, total=False):

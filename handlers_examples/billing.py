@@ -13,14 +13,14 @@ import uuid
 
 import structlog
 
-from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime import Endpoint, HandlerContext, ReceiveOnly
 from handlers_examples.messages import OrderAccepted, OrderBilled, OrderPlaced
 from handlers_examples.schema import ORDER_EVENTS
 from handlers_examples.tenancy import carry_tenant
 
 log = structlog.get_logger("handlers_examples.billing")
 
-endpoint = Endpoint("billing", transaction_mode=TransactionMode.RECEIVE_ONLY, max_concurrency=4,
+endpoint = Endpoint("billing", transaction=ReceiveOnly(), max_concurrency=4,
                     audit_queue="audit", schema_sql="""
     CREATE TABLE IF NOT EXISTS invoices (
         invoice_id  uuid PRIMARY KEY,

@@ -5,7 +5,8 @@ into ``loyalty_points``, sends PointsAwarded to notifications and defers a Point
 to loyalty's own queue (``context.send_local(..., delay=REMINDER_DELAY)``). When it is due,
 the reminder's handler marks the row reminded.
 
-The outbox (``endpoint.enable_outbox()``) makes this happen exactly once per message id.
+The outbox (``transaction=Outbox(...)``: receive-only transactions with the outbox) makes
+this happen exactly once per message id.
 ``context.connection`` is a business transaction that also stores the message's outbox record,
 with the outgoing messages in it, and the two commit together. The messages are then
 dispatched from the record: PointsAwarded goes to its queue, and the reminder goes to loyalty's
@@ -20,7 +21,7 @@ purpose: a copy that got past the outbox would fail on the primary key, so loyal
 failed attempts, and its handler count (one award and one reminder per order), show that the
 copies reached no handler.
 
-Concurrency control: pessimistic (``enable_outbox(pessimistic=True)``). A placeholder record is
+Concurrency control: pessimistic (``Outbox(pessimistic=True)``). A placeholder record is
 inserted before the handler runs, so a copy handled at the same moment as the original blocks
 on it and then finds the record: the handler body runs once per message id, always. The price
 is one more statement per message, which is negligible at loyalty's volume (one message per
@@ -36,7 +37,7 @@ from datetime import timedelta
 
 import structlog
 
-from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime import Endpoint, HandlerContext, Outbox
 from handlers_examples.messages import AwardPoints, PointsAwarded, PointsExpiryReminder
 from handlers_examples.tenancy import carry_tenant
 
@@ -47,7 +48,7 @@ REMINDER_DELAY = timedelta(seconds=2)
 ``deliver_at=`` some weeks before the points expire; the example keeps it short so that a run
 completes fast while still showing delayed delivery end to end."""
 
-endpoint = Endpoint("loyalty", transaction_mode=TransactionMode.RECEIVE_ONLY, max_concurrency=4,
+endpoint = Endpoint("loyalty", transaction=Outbox(pessimistic=True), max_concurrency=4,
                     audit_queue="audit", schema_sql="""
     CREATE TABLE IF NOT EXISTS loyalty_points (
         order_id       text PRIMARY KEY,
@@ -57,7 +58,6 @@ endpoint = Endpoint("loyalty", transaction_mode=TransactionMode.RECEIVE_ONLY, ma
         reminded_at    timestamptz
     );
     """)
-endpoint.enable_outbox(pessimistic=True)
 # Inside the outbox's business transaction, like the handlers (handlers_examples/tenancy.py).
 carry_tenant(endpoint)
 endpoint.route(PointsAwarded, to="notifications")  # by type (docs/routing.md)

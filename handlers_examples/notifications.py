@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import structlog
 
-from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime import Endpoint, HandlerContext, NoTransaction
 from handlers_examples.messages import OrderShipped, PointsAwarded
 
 log = structlog.get_logger("handlers_examples.notifications")
 
-endpoint = Endpoint("notifications", transaction_mode=TransactionMode.NONE, max_concurrency=4,
+endpoint = Endpoint("notifications", transaction=NoTransaction(), max_concurrency=4,
                     audit_queue="audit")
 
 

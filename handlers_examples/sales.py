@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import structlog
 
-from endpoint_runtime import Endpoint, HandlerContext, Headers, TransactionMode
+from endpoint_runtime import Atomic, Endpoint, HandlerContext, Headers
 from handlers_examples import fulfilment
 from handlers_examples.messages import (
     AwardPoints,
@@ -38,7 +38,7 @@ class InvalidOrder(Exception):
 
 endpoint = Endpoint(
     "sales",
-    transaction_mode=TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
+    transaction=Atomic(),
     max_concurrency=4,
     unrecoverable_exceptions=(InvalidOrder,),
     audit_queue="audit",

@@ -1,6 +1,6 @@
 """Shipping: books a carrier for billed orders. Mode SENDS_ATOMIC_WITH_RECEIVE, batched.
 
-``batch_size=10`` turns on batched atomic receive: up to ten OrderBilled messages are taken in
+``Atomic(batch=10)`` turns on batched atomic receive: up to ten OrderBilled messages are taken in
 one transaction and committed once. Each message's database work runs in its own savepoint, so
 a message that fails is rolled back and re-queued on its own while the rest of the batch
 commits; the per-message guarantee is the same as unbatched atomic mode.
@@ -16,7 +16,7 @@ import zlib
 
 import structlog
 
-from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime import Atomic, Endpoint, HandlerContext
 from handlers_examples.messages import OrderBilled, OrderShipped
 
 log = structlog.get_logger("handlers_examples.shipping")
@@ -25,8 +25,7 @@ CARRIERS = ("DHL", "UPS", "PostNL", "DPD")
 
 endpoint = Endpoint(
     "shipping",
-    transaction_mode=TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
-    batch_size=10,
+    transaction=Atomic(batch=10),
     max_concurrency=4,
     audit_queue="audit",
     schema_sql="""

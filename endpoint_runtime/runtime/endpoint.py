@@ -48,12 +48,16 @@ from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.modes import rules_of
 from endpoint_runtime.runtime.sender import Sender
 from endpoint_runtime.settings import (
+    TRANSACTION_FIELDS,
     EndpointOptions,
     EndpointSettings,
     OutboxSettings,
+    Transaction,
     TransportSettings,
     check_names,
     load_settings,
+    transaction_fields,
+    transaction_of,
 )
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.transactions.assembly import strategy_for
@@ -99,8 +103,16 @@ class Endpoint:
         unrecoverable_exceptions: tuple[type[BaseException], ...] = (),
         delayed_store: DelayedMessageStore | None = None,
         schema_sql: str | None = None,
+        transaction: Transaction | None = None,
         **overrides: Unpack[EndpointOptions],
     ) -> None:
+        if transaction is not None:
+            both = sorted(set(TRANSACTION_FIELDS) & set(overrides))
+            if both:
+                raise ConfigurationError(
+                    f"give the transaction shape once: transaction={transaction!r} stands for "
+                    f"{', '.join(TRANSACTION_FIELDS)}; do not also pass {', '.join(both)}")
+            overrides.update(transaction_fields(transaction))  # type: ignore[typeddict-item]
         transport_in_code = _transport_fields_in_code(settings, dict(overrides))
         if settings is None:
             settings = load_settings(EndpointSettings, **overrides)
@@ -139,6 +151,11 @@ class Endpoint:
             name, settings.transport, local_address=self.address, delayed_store=self.delayed_store,
             error_queue=settings.error_queue, tracing=settings.tracing, routes=self.routes,
         )
+
+    @property
+    def transaction(self) -> Transaction:
+        """The one value of this endpoint's transaction shape (``Atomic(batch=50)``, ...)."""
+        return transaction_of(self.settings)
 
     # -- routing ------------------------------------------------------------------------------
 

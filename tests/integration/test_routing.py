@@ -36,8 +36,6 @@ class Unrouted(msgspec.Struct):
 def routed_endpoint(mode: str) -> Endpoint:
     retries = {} if mode == "none" else {"immediate_retries": 1, "delayed_retries": 0}
     endpoint = Endpoint("orders", **MODES[mode], **retries)
-    if mode == "outbox":
-        endpoint.enable_outbox()
     endpoint.route(ROUTED, to="payments")  # the whole module...
     endpoint.route(ShipParcel, to="shipping")  # ...but this type elsewhere
 
@@ -135,8 +133,6 @@ async def test_a_deployment_start_names_the_routes_whose_queues_do_not_exist(
 def returning_endpoint(mode: str) -> Endpoint:
     retries = {} if mode == "none" else {"immediate_retries": 1, "delayed_retries": 0}
     endpoint = Endpoint("orders", **MODES[mode], **retries)
-    if mode == "outbox":
-        endpoint.enable_outbox()
     endpoint.route(ROUTED, to="payments")
 
     @endpoint.handler

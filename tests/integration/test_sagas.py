@@ -13,7 +13,7 @@ import msgspec
 import pytest
 from structlog.testing import capture_logs
 
-from endpoint_runtime import Endpoint, HandlerContext
+from endpoint_runtime import Atomic, Endpoint, HandlerContext
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.database.installation import install
@@ -321,7 +321,8 @@ async def test_a_conflict_in_the_middle_of_a_batch_charges_only_the_conflicting_
     instance. The conflict fails only the bump (one failed attempt, retried onto the new
     state); the other three instances are created once each (Concurrency 1: a replayed
     message's first save was rolled back, never doubled) and nothing goes to the error queue."""
-    endpoint = await prepared(transport, saga_endpoint("batched", batch_isolation=isolation))
+    endpoint = await prepared(transport, saga_endpoint(
+        "batched", transaction=Atomic(batch=4, isolation=isolation)))
     await send(transport, Placed("o-1"))
     await drain(transport, endpoint)
     for message in (Placed("o-2"), Placed("o-3"), Bump("o-1", hold=True), Placed("o-4")):
@@ -394,7 +395,7 @@ async def test_pessimistic_locks_across_two_batches_deadlock_and_the_victim_is_r
     then A): PostgreSQL ends one with a deadlock error, a failed attempt that is retried;
     every bump lands once."""
     endpoint = await prepared(transport, saga_endpoint("batched", concurrency="pessimistic",
-                                                       batch_size=2))
+                                                       transaction=Atomic(batch=2)))
     await send(transport, Placed("A"))
     await send(transport, Placed("B"))
     await drain(transport, endpoint)

@@ -52,8 +52,6 @@ class Seen:
 def endpoint_in(mode: str, seen: Seen, step: Any) -> Endpoint:
     retries = {} if mode == "none" else {"immediate_retries": 1, "delayed_retries": 0}
     endpoint = Endpoint("orders", **MODES[mode], **retries)
-    if mode == "outbox":
-        endpoint.enable_outbox()
 
     @endpoint.handler
     async def bill(message: Order, context: HandlerContext) -> None:

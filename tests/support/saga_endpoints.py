@@ -146,8 +146,6 @@ def saga_endpoint(mode: str = "atomic", *, name: str = "fulfilment",
     """An endpoint of ``OrderSaga`` and ``Tally`` in ``mode`` (see :data:`MODES`)."""
     retries = {} if mode == "none" else {"immediate_retries": 5, "delayed_retries": 0}
     endpoint = Endpoint(name, **{**MODES[mode], **retries, **overrides})
-    if mode == "outbox":
-        endpoint.enable_outbox()
     for message_type, queue in ROUTES.items():
         endpoint.route(message_type, to=queue)
     endpoint.saga(OrderSaga, concurrency=concurrency)
