@@ -231,6 +231,7 @@ async def run(args: argparse.Namespace) -> int:
                 loop.add_signal_handler(sig, stop.set)
             startup = time.monotonic() - startup
             print(f"started {len(deployments)} endpoints in {startup:.1f} s", flush=True)
+            print(routes_line(), flush=True)
 
             errors_before = await transport.depth(ERROR_QUEUE)
             run_started = time.time()
@@ -329,6 +330,20 @@ def print_audit(rows: list[asyncpg.Record]) -> None:
               f"{row['p50']:7.1f} ms  p95 {row['p95']:7.1f} ms")
     print("  (`endpoint-runtime status` shows the same live; `endpoint-runtime report` the "
           "whole history)")
+
+
+def routes_line() -> str:
+    """Where each endpoint's commands go, by type (its ``route`` calls): no handler of the
+    examples names a queue in a send (docs/routing.md)."""
+    parts = []
+    for name, path in ENDPOINTS.items():
+        from endpoint_runtime import load_endpoint
+
+        routes = load_endpoint(path).routes.items()
+        if routes:
+            parts.append(f"{name}: " + ", ".join(
+                f"{key.rsplit('.', 1)[-1]} -> {queue}" for key, queue in routes))
+    return "routes (by type; the handlers name no queue): " + "; ".join(parts)
 
 
 async def start_all(deployments: dict[str, EndpointDeployment]) -> None:

@@ -55,6 +55,10 @@ async def test_the_example_flow_completes_and_its_summary_says_so(database_dsn: 
     assert "[repeated" not in both
     assert "Token authentication" not in both
     assert re.search(r"\breceiver_started\b.*\bendpoint=sales\b", both), both[:2000]
+    # Commands go by route: the handlers name no queue (docs/routing.md).
+    assert re.search(r"^routes \(by type; the handlers name no queue\): sales: "
+                     r"AwardPoints -> loyalty, OrderAccepted -> billing; billing: "
+                     r"OrderBilled -> shipping;", out, re.M), out[:2000]
     summary = out.split("== summary", 1)[1]
     for table in ("orders", "invoices", "shipments", "points", "reminded", "replies", "tenant"):
         assert re.search(rf"^{table}\s+{ORDERS} / {ORDERS}\b", summary, re.M), (table, summary)
