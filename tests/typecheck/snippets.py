@@ -36,11 +36,14 @@ class Snippet:
     line: int
     prelude: str
     code: str
+    tag: str = ""
+    """Added to the module's name (a changed copy of a snippet that must not be taken for
+    the snippet in mypy's cache)."""
 
     @property
     def name(self) -> str:
         stem = re.sub(r"\W", "_", self.document.relative_to(ROOT).with_suffix("").as_posix())
-        return f"snippet_{stem}_{self.line}"
+        return f"snippet_{stem}_{self.line}{self.tag}"
 
     def module(self) -> str:
         return f"{self.prelude}\n{self.code}" if self.prelude else self.code
