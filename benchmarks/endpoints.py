@@ -6,7 +6,7 @@ import time
 
 import msgspec
 
-from endpoint_runtime import Endpoint, HandlerContext
+from endpoint_runtime import Endpoint, HandlerContext, Outbox
 from endpoint_runtime.ingestion import IngestionEndpoint
 
 SINK = "bench_sink"
@@ -50,13 +50,11 @@ async def record_and_echo(message: Work, context: HandlerContext) -> None:
 atomic_business = Endpoint("bench_atomic_business")
 atomic_business.register(record_and_echo)
 
-outbox_business = Endpoint("bench_outbox", transaction_mode="receive_only")
-outbox_business.enable_outbox()
+outbox_business = Endpoint("bench_outbox", transaction=Outbox())
 outbox_business.register(record_and_echo)
 
 # The outbox with every commit synchronous, as atomic mode's: the equal-durability comparison.
-outbox_sync_business = Endpoint("bench_outbox_sync", transaction_mode="receive_only")
-outbox_sync_business.enable_outbox(synchronous_acks=True)
+outbox_sync_business = Endpoint("bench_outbox_sync", transaction=Outbox(synchronous_acks=True))
 outbox_sync_business.register(record_and_echo)
 
 

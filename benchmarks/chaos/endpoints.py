@@ -28,7 +28,7 @@ import msgspec
 
 from benchmarks.chaos.observer import observer
 from benchmarks.chaos.schedule import Fate
-from endpoint_runtime import Endpoint, HandlerContext
+from endpoint_runtime import Endpoint, HandlerContext, Outbox
 from endpoint_runtime.errors import DiscardMessage
 from endpoint_runtime.sagas import Saga, starts
 
@@ -124,9 +124,8 @@ chaos_atomic = Endpoint("chaos_atomic", unrecoverable_exceptions=UNRECOVERABLE,
                         **COMMON, **RETRYING)
 chaos_batched = Endpoint("chaos_batched", batch_size=20,
                          unrecoverable_exceptions=UNRECOVERABLE, **COMMON, **RETRYING)
-chaos_outbox = Endpoint("chaos_outbox", transaction_mode="receive_only",
+chaos_outbox = Endpoint("chaos_outbox", transaction=Outbox(),
                         unrecoverable_exceptions=UNRECOVERABLE, **COMMON, **RETRYING)
-chaos_outbox.enable_outbox()
 for _endpoint in (chaos_none, chaos_receive_only, chaos_atomic, chaos_batched, chaos_outbox):
     _endpoint.register(work)
 

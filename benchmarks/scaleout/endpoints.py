@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
-from endpoint_runtime import Endpoint, HandlerContext
+from endpoint_runtime import Endpoint, HandlerContext, Outbox
 
 INSERT_SINK = (
     "INSERT INTO scaleout_sink (job_key, sent_at, started_at, body) "
@@ -38,8 +38,7 @@ atomic.register(record)
 receive_only = Endpoint("scaleout_receive_only", transaction_mode="receive_only")
 receive_only.register(record)
 
-outbox = Endpoint("scaleout_outbox", transaction_mode="receive_only")
-outbox.enable_outbox()
+outbox = Endpoint("scaleout_outbox", transaction=Outbox())
 outbox.register(record)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar, Unpack, overload
 
@@ -439,8 +440,13 @@ class Endpoint:
     def enable_outbox(self, **options: Any) -> OutboxSettings:
         """Turn the outbox on (any :class:`OutboxSettings` field as a keyword option).
 
+        Deprecated: an endpoint is complete when it is built; give
+        ``Endpoint(name, transaction=Outbox(**options))`` instead (or the ``outbox`` setting).
         Needs ``TransactionMode.RECEIVE_ONLY``; any other mode fails here, at once.
         """
+        warnings.warn(
+            "Endpoint.enable_outbox() changes an endpoint after it was built; give "
+            "Endpoint(name, transaction=Outbox(...)) instead", DeprecationWarning, stacklevel=2)
         check_names(OutboxSettings, options)
         outbox = OutboxSettings(**options)
         settings = replace_settings(self.settings, outbox=outbox)

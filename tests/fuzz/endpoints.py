@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime.settings import OutboxSettings
 from endpoint_runtime.wire.serialization import message_type_name
 
 SINK = "fuzz_sink"
@@ -56,8 +57,7 @@ atomic = make("fuzz_atomic", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE)
 receive_only = make("fuzz_receive_only", TransactionMode.RECEIVE_ONLY)
 batched = make("fuzz_batched", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=4)
 none = make("fuzz_none", TransactionMode.NONE)
-with_outbox = make("fuzz_outbox", TransactionMode.RECEIVE_ONLY)
-with_outbox.enable_outbox()
+with_outbox = make("fuzz_outbox", TransactionMode.RECEIVE_ONLY, outbox=OutboxSettings())
 
 ENDPOINTS = {"atomic": atomic, "receive_only": receive_only, "batched": batched, "none": none,
              "outbox": with_outbox}

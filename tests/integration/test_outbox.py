@@ -9,7 +9,7 @@ from datetime import timedelta
 import asyncpg
 import pytest
 
-from endpoint_runtime import ConfigurationError, Endpoint, TransactionMode
+from endpoint_runtime import ConfigurationError, Endpoint, Outbox
 from endpoint_runtime.chain.outbox.step import OutboxUnit
 from endpoint_runtime.chain.outbox.storage import OutboxCleaner, OutboxStorage
 from endpoint_runtime.chain.outgoing import create_outgoing
@@ -68,10 +68,13 @@ async def counts(transport: PostgresTransport) -> tuple[int, int, int]:
 
 def test_outbox_needs_receive_only_mode() -> None:
     with pytest.raises(ConfigurationError, match="RECEIVE_ONLY"):
-        Endpoint("atomic").enable_outbox()
+        Endpoint("atomic", outbox=OutboxSettings())
     with pytest.raises(ConfigurationError, match="isolation"):
-        Endpoint("x", transaction_mode=TransactionMode.RECEIVE_ONLY).enable_outbox(
-            isolation="dirty")
+        Endpoint("x", transaction=Outbox(isolation="dirty"))  # type: ignore[arg-type]
+    # The earlier form, deprecated, checks the same.
+    with pytest.warns(DeprecationWarning, match=r"transaction=Outbox"), \
+            pytest.raises(ConfigurationError, match="RECEIVE_ONLY"):
+        Endpoint("atomic").enable_outbox()
 
 
 async def test_the_same_message_twice_in_a_row_runs_handlers_once(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime.settings import OutboxSettings
 
 TABLES = """
 CREATE TABLE orders (key integer PRIMARY KEY);
@@ -43,7 +44,6 @@ receive_only = make("lines_receive_only", TransactionMode.RECEIVE_ONLY)
 batched = make("lines_batched", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=4)
 none = make("lines_none", TransactionMode.NONE)
 """No transaction: the key is checked as the INSERT autocommits, so the handler fails."""
-with_outbox = make("lines_outbox", TransactionMode.RECEIVE_ONLY)
-with_outbox.enable_outbox()
+with_outbox = make("lines_outbox", TransactionMode.RECEIVE_ONLY, outbox=OutboxSettings())
 metered = make("lines_metered", TransactionMode.RECEIVE_ONLY)
 """The receive-only endpoint of the metrics test (its own name: Ray's metrics outlive a test)."""

@@ -14,6 +14,7 @@ import asyncio
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime.settings import OutboxSettings
 
 
 class Count(msgspec.Struct):
@@ -46,7 +47,6 @@ def make(name: str, mode: TransactionMode, **options: object) -> Endpoint:
 atomic = make("counted_atomic", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE)
 receive_only = make("counted_receive_only", TransactionMode.RECEIVE_ONLY)
 batched = make("counted_batched", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=4)
-with_outbox = make("counted_outbox", TransactionMode.RECEIVE_ONLY)
-with_outbox.enable_outbox()
+with_outbox = make("counted_outbox", TransactionMode.RECEIVE_ONLY, outbox=OutboxSettings())
 none = make("counted_none", TransactionMode.NONE)
 """At most once: a failed message goes to the error queue at once, flaky ones too."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 
 from endpoint_runtime import Command, Endpoint, Event, HandlerContext, Headers, TransactionMode
+from endpoint_runtime.settings import OutboxSettings
 
 
 class PlaceOrder(msgspec.Struct, Command):
@@ -90,6 +91,5 @@ correlators = {
     "batched": correlator("corr_batched", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE,
                           batch_size=3),
     "none": correlator("corr_none", TransactionMode.NONE),
-    "outbox": correlator("corr_outbox", TransactionMode.RECEIVE_ONLY),
+    "outbox": correlator("corr_outbox", TransactionMode.RECEIVE_ONLY, outbox=OutboxSettings()),
 }
-correlators["outbox"].enable_outbox()

@@ -13,6 +13,7 @@ from datetime import timedelta
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime.settings import OutboxSettings
 
 BILLING = "lp_billing"
 BUSINESS_TABLE = "orders"
@@ -38,14 +39,13 @@ async def place_order(message: PlaceOrder, context: HandlerContext) -> None:
     await context.send(OrderAccepted(message.order_id), BILLING)
 
 
-def make(name: str, mode: TransactionMode) -> Endpoint:
+def make(name: str, mode: TransactionMode, outbox: OutboxSettings | None = None) -> Endpoint:
     endpoint = Endpoint(name, transaction_mode=mode, immediate_retries=0, delayed_retries=1,
                         delayed_retry_delay=0.3, audit_queue="lp_audit", max_concurrency=2,
-                        slots_per_receiver=2)
+                        slots_per_receiver=2, outbox=outbox)
     endpoint.register(place_order)
     return endpoint
 
 
 atomic = make("lp_sales", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE)
-with_outbox = make("lp_sales_outbox", TransactionMode.RECEIVE_ONLY)
-with_outbox.enable_outbox()
+with_outbox = make("lp_sales_outbox", TransactionMode.RECEIVE_ONLY, OutboxSettings())

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import msgspec
 
-from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime import Endpoint, HandlerContext, Outbox
 
 
 class PayInvoice(msgspec.Struct):
@@ -25,9 +25,9 @@ HELD_INVOICE_LOCK = 4343
 
 
 def make(name: str, *, pessimistic: bool = False, synchronous_acks: bool = False) -> Endpoint:
-    endpoint = Endpoint(name, transaction_mode=TransactionMode.RECEIVE_ONLY, immediate_retries=0,
-                        delayed_retries=0)
-    endpoint.enable_outbox(pessimistic=pessimistic, synchronous_acks=synchronous_acks)
+    endpoint = Endpoint(name, transaction=Outbox(pessimistic=pessimistic,
+                                                 synchronous_acks=synchronous_acks),
+                        immediate_retries=0, delayed_retries=0)
 
     @endpoint.handler
     async def pay(message: PayInvoice, context: HandlerContext) -> None:
@@ -54,9 +54,8 @@ optimistic = make("payments")
 pessimistic = make("payments_p", pessimistic=True)
 
 # One business row and one outgoing message: the dispatch goes with the business commit.
-receipts = Endpoint("receipts", transaction_mode=TransactionMode.RECEIVE_ONLY,
+receipts = Endpoint("receipts", transaction=Outbox(acks_per_commit=3),
                     immediate_retries=0, delayed_retries=0)
-receipts.enable_outbox(acks_per_commit=3)
 
 
 @receipts.handler
@@ -78,7 +77,6 @@ async def receipt(message: PayInvoice, context: HandlerContext) -> None:
 # No receiver while idle (retired half a second after the queue empties), one message at a
 # time: what a retired receiver counted must stay in the deployment's status.
 receipts_on_demand = Endpoint(
-    "receipts_on_demand", transaction_mode=TransactionMode.RECEIVE_ONLY, immediate_retries=0,
+    "receipts_on_demand", transaction=Outbox(), immediate_retries=0,
     delayed_retries=0, min_receivers=0, scale_down_after=0.5, max_concurrency=1)
-receipts_on_demand.enable_outbox()
 receipts_on_demand.register(receipt)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime.settings import OutboxSettings
 
 
 class PlaceOrder(msgspec.Struct):
@@ -53,8 +54,7 @@ atomic = publisher("sales_atomic", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE)
 receive_only = publisher("sales_receive_only", TransactionMode.RECEIVE_ONLY)
 batched = publisher("sales_batched", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=3)
 at_most_once = publisher("sales_none", TransactionMode.NONE)
-with_outbox = publisher("sales_outbox", TransactionMode.RECEIVE_ONLY)
-with_outbox.enable_outbox()
+with_outbox = publisher("sales_outbox", TransactionMode.RECEIVE_ONLY, outbox=OutboxSettings())
 
 PUBLISHERS = ("atomic", "receive_only", "batched", "at_most_once", "with_outbox")
 retrying_receive_only = publisher("sales_retrying", TransactionMode.RECEIVE_ONLY,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import msgspec
 
-from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime import Endpoint, HandlerContext, Outbox
 from endpoint_runtime.chain.recoverability.policy import DiscardMessage, RetryLater
 
 # Where the throttling hooks of "switched" write, in the receiver's process: the test's own
@@ -118,9 +118,8 @@ class Paid(msgspec.Struct):
 
 
 HELD_PAY_LOCK = 4444
-ledger = Endpoint("ledger", transaction_mode=TransactionMode.RECEIVE_ONLY, immediate_retries=0,
+ledger = Endpoint("ledger", transaction=Outbox(pessimistic=True), immediate_retries=0,
                   delayed_retries=0, max_concurrency=2, slots_per_receiver=2)
-ledger.enable_outbox(pessimistic=True)
 
 
 @ledger.handler

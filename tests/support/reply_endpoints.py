@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime.settings import OutboxSettings
 
 
 class Ping(msgspec.Struct):
@@ -35,5 +36,4 @@ atomic = make("replier_atomic", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE)
 receive_only = make("replier_receive_only", TransactionMode.RECEIVE_ONLY)
 batched = make("replier_batched", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=4)
 none = make("replier_none", TransactionMode.NONE)
-with_outbox = make("replier_outbox", TransactionMode.RECEIVE_ONLY)
-with_outbox.enable_outbox()
+with_outbox = make("replier_outbox", TransactionMode.RECEIVE_ONLY, outbox=OutboxSettings())

@@ -11,6 +11,7 @@ import asyncpg
 import msgspec
 
 from endpoint_runtime import Endpoint, HandlerContext, TransactionMode
+from endpoint_runtime.settings import OutboxSettings
 
 
 class Claim(msgspec.Struct):
@@ -39,5 +40,4 @@ def make(name: str, mode: TransactionMode, **options: object) -> Endpoint:
 atomic = make("claims_atomic", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE)
 receive_only = make("claims_receive_only", TransactionMode.RECEIVE_ONLY)
 batched = make("claims_batched", TransactionMode.SENDS_ATOMIC_WITH_RECEIVE, batch_size=4)
-with_outbox = make("claims_outbox", TransactionMode.RECEIVE_ONLY)
-with_outbox.enable_outbox()
+with_outbox = make("claims_outbox", TransactionMode.RECEIVE_ONLY, outbox=OutboxSettings())

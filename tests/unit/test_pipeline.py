@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from endpoint_runtime import Endpoint
+from endpoint_runtime import Endpoint, Outbox
 from endpoint_runtime.chain.context import HandlerContext
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.chain.pipeline import IncomingContext, Next, Outcome, Pipeline, Unit
@@ -85,8 +85,7 @@ async def process(pipeline: Pipeline, message: TransportMessage,
 def test_the_built_in_steps_in_their_order() -> None:
     assert list(pipeline_of().steps) == [
         "log_context", "recoverability", "metrics", "invoke_handlers"]
-    audited = Endpoint("sales", audit_queue="audit", transaction_mode="receive_only")
-    audited.enable_outbox()
+    audited = Endpoint("sales", audit_queue="audit", transaction=Outbox())
     assert list(audited.create_pipeline().steps) == [
         "log_context", "recoverability", "metrics", "outbox", "audit", "invoke_handlers"]
 

@@ -24,8 +24,8 @@ def test_an_unknown_endpoint_setting_fails_naming_the_closest_name(
 def test_overrides_of_given_settings_and_outbox_options_are_checked_too() -> None:
     with pytest.raises(ConfigurationError, match="did you mean 'max_concurrency'"):
         Endpoint("typo", settings=EndpointSettings(), max_concurency=3)
-    with pytest.raises(ConfigurationError, match="did you mean 'pessimistic'"):
-        Endpoint("typo", transaction_mode="receive_only").enable_outbox(pesimistic=True)
+    with pytest.raises(ConfigurationError, match="did you mean 'outbox.pessimistic'"):
+        Endpoint("typo", transaction_mode="receive_only", outbox={"pesimistic": True})
 
 
 def test_loaded_settings_are_checked_by_name_and_by_literal_values() -> None:

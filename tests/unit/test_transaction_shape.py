@@ -43,7 +43,8 @@ def test_the_old_settings_read_back_as_one_value() -> None:
     assert Endpoint("a", transaction_mode="receive_only").transaction == ReceiveOnly()
     assert Endpoint("b", batch_size=8).transaction == Atomic(batch=8)
     legacy = Endpoint("c", transaction_mode="receive_only")
-    legacy.enable_outbox(pessimistic=True)
+    with pytest.warns(DeprecationWarning, match="changes an endpoint after it was built"):
+        legacy.enable_outbox(pessimistic=True)
     assert legacy.transaction == Outbox(pessimistic=True)
 
 
