@@ -24,7 +24,7 @@ def test_an_unknown_endpoint_setting_fails_naming_the_closest_name(
 def test_overrides_of_given_settings_and_outbox_options_are_checked_too() -> None:
     with pytest.raises(ConfigurationError, match="did you mean 'max_concurrency'"):
         Endpoint("typo", settings=EndpointSettings(), max_concurency=3)
-    with pytest.raises(ConfigurationError, match="did you mean 'outbox.pessimistic'"):
+    with pytest.raises(ConfigurationError, match=r"did you mean 'outbox\.pessimistic'"):
         Endpoint("typo", transaction_mode="receive_only", outbox={"pesimistic": True})
 
 
