@@ -33,6 +33,7 @@ from typing import Any, NoReturn, cast
 import msgspec
 
 from endpoint_runtime.chain.context import CURRENT_CONTEXT, HandlerContext
+from endpoint_runtime.chain.handlers import cascade
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.subscriptions import Routes, SubscriptionStore, topics_of
@@ -296,7 +297,9 @@ async def invoke(endpoint: Endpoint, message: msgspec.Struct,
     token = CURRENT_CONTEXT.set(context)
     try:
         for handler in handlers:  # either shape; what a handler returns is sent as it returns
-            await endpoint.registry.call(handler, decoded, context)
+            returned = await endpoint.registry.start(handler, decoded, context)
+            if returned is not None:
+                await cascade(context, returned, handler)
     finally:
         CURRENT_CONTEXT.reset(token)
     return context

@@ -64,8 +64,9 @@ class OutgoingDispatcher(Protocol):
 
 
 def route_of(routes: RouteTable | None, message: msgspec.Struct) -> str:
-    """The queue ``message`` is routed to (:class:`RoutingError` when none is)."""
-    return (routes or NO_ROUTES).require(type(message))
+    """The queue ``message`` is routed to (:class:`RoutingError` when none is; a context
+    without a table has no routes)."""
+    return (routes if routes is not None else RouteTable()).require(type(message))
 
 
 CURRENT_CONTEXT: ContextVar[HandlerContext | None] = ContextVar(
@@ -92,10 +93,6 @@ def current_context() -> HandlerContext:
             "current_context() is only available while a handler runs (in the handler's "
             "task, or tasks it starts)")
     return context
-
-
-NO_ROUTES = RouteTable()
-"""The table of a context or sender given none: every lookup fails with the line to add."""
 
 
 @functools.lru_cache(maxsize=1024)

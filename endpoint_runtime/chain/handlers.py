@@ -77,15 +77,13 @@ class HandlerRegistry:
                     raise ConfigurationError(f"{name} of {_name(handler)} cannot be negative")
             self._limits[handler] = limits
 
-    async def call(self, handler: Handler, message: Any, context: HandlerContext) -> None:
-        """Run ``handler`` on ``message`` as it was declared (with or without the context),
-        then cascade what it returned."""
+    def start(self, handler: Handler, message: Any, context: HandlerContext) -> Awaitable[Any]:
+        """``handler`` called on ``message`` as it was declared (with or without the context):
+        await it, then :func:`cascade` what it returned, if anything. A plain call, not a
+        coroutine of its own: it adds no frame to every message's path."""
         if handler in self._without_context:
-            returned = await handler(message)
-        else:
-            returned = await handler(message, context)
-        if returned is not None:
-            await cascade(context, returned, handler)
+            return handler(message)
+        return handler(message, context)
 
     def limits_for(self, handler: Handler) -> RetryLimits:
         return self._limits.get(handler, _ENDPOINTS_LIMITS)

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from endpoint_runtime.chain.context import CURRENT_CONTEXT, HandlerContext
-from endpoint_runtime.chain.handlers import HandlerRegistry
+from endpoint_runtime.chain.handlers import HandlerRegistry, cascade
 from endpoint_runtime.chain.metrics import UNKNOWN_TYPE, Metrics
 from endpoint_runtime.chain.pipeline import IncomingContext, Next, ProcessingStats
 from endpoint_runtime.chain.recoverability.policy import FailedMessages
@@ -217,7 +217,9 @@ class InvokeHandlersStep:
         try:
             for handler in handlers:
                 context.limits = self.registry.limits_for(handler)
-                await self.registry.call(handler, body, handler_context)
+                returned = await self.registry.start(handler, body, handler_context)
+                if returned is not None:
+                    await cascade(handler_context, returned, handler)
         finally:
             CURRENT_CONTEXT.reset(token)
         context.limits = None

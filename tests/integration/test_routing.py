@@ -33,10 +33,28 @@ class Unrouted(msgspec.Struct):
     n: int
 
 
-def routed_endpoint(mode: str) -> Endpoint:
+def orders_in(mode: str) -> Endpoint:
+    """``orders`` in ``mode``, one immediate retry where the mode retries, the module of
+    routed messages routed to ``payments``."""
     retries = {} if mode == "none" else {"immediate_retries": 1, "delayed_retries": 0}
     endpoint = Endpoint("orders", **MODES[mode], **retries)
-    endpoint.route(ROUTED, to="payments")  # the whole module...
+    endpoint.route(ROUTED, to="payments")
+    return endpoint
+
+
+async def orders_handled(transport: PostgresTransport, endpoint: Endpoint,
+                         mode: str) -> list[int]:
+    """Orders 1, 2 and 3 sent and handled (message 2 fails in every handler here); the
+    orders whose sends a failed attempt left behind ("ghosts" in receive-only and none)."""
+    await prepare(transport, endpoint)
+    for n in (1, 2, 3):
+        await transport.send("orders", create_outgoing(Order(n)))
+    await drain(transport, endpoint)
+    return {"receive_only": [2, 2], "none": [2]}.get(mode, [])
+
+
+def routed_endpoint(mode: str) -> Endpoint:
+    endpoint = orders_in(mode)  # the whole module to payments...
     endpoint.route(ShipParcel, to="shipping")  # ...but this type elsewhere
 
     @endpoint.handler
@@ -67,16 +85,9 @@ async def ns(transport: PostgresTransport, queue: str) -> list[int]:
 async def test_handlers_send_by_route_and_an_unrouted_send_fails_to_the_error_queue(
     transport: PostgresTransport, mode: str,
 ) -> None:
-    endpoint = routed_endpoint(mode)
-    await prepare(transport, endpoint)
-    for n in (1, 2, 3):
-        await transport.send("orders", create_outgoing(Order(n)))
-
-    await drain(transport, endpoint)
-
     # Receive-only and none send at once: each failed attempt of message 2 left its routed
     # sends behind (docs/guarantees.md, "ghosts"); the other modes roll them back.
-    ghosts = {"receive_only": [2, 2], "none": [2]}.get(mode, [])
+    ghosts = await orders_handled(transport, routed_endpoint(mode), mode)
     assert await ns(transport, "payments") == sorted([1, 3, *ghosts])
     assert await ns(transport, "shipping") == sorted([1, 3, *ghosts])
     assert await ns(transport, "audit_payments") == sorted([-3, -1, *(-n for n in ghosts)])
@@ -131,9 +142,7 @@ async def test_a_deployment_start_names_the_routes_whose_queues_do_not_exist(
 
 
 def returning_endpoint(mode: str) -> Endpoint:
-    retries = {} if mode == "none" else {"immediate_retries": 1, "delayed_retries": 0}
-    endpoint = Endpoint("orders", **MODES[mode], **retries)
-    endpoint.route(ROUTED, to="payments")
+    endpoint = orders_in(mode)
 
     @endpoint.handler
     async def place(message: Order) -> list[msgspec.Struct]:  # the message alone
@@ -151,16 +160,9 @@ def returning_endpoint(mode: str) -> Endpoint:
 async def test_returned_messages_go_by_route_inside_the_messages_transaction(
     transport: PostgresTransport, mode: str,
 ) -> None:
-    endpoint = returning_endpoint(mode)
-    await prepare(transport, endpoint)
-    for n in (1, 2, 3):
-        await transport.send("orders", create_outgoing(Order(n)))
-
-    await drain(transport, endpoint)
-
     # As sends from the handler: they commit with the receive, or, in receive-only and none,
     # leave at once (each failed attempt's stay sent).
-    ghosts = {"receive_only": [2, 2], "none": [2]}.get(mode, [])
+    ghosts = await orders_handled(transport, returning_endpoint(mode), mode)
     expected = sorted([1, 3, *ghosts] + [-n for n in (1, 3, *ghosts)])
     assert await ns(transport, "payments") == expected
     [failed] = await received_all(transport, "error")

@@ -134,11 +134,7 @@ class TracingStep:
         if span.is_recording():  # attributes only for a sampled span: they cost the most
             span.set_attributes(self._attributes(context))
         ids = span.get_span_context()
-        trace_id, span_id = format_trace_id(ids.trace_id), format_span_id(ids.span_id)
-        _bind(trace_id=trace_id, span_id=span_id)
-        if headers is not None:  # carried by the audit, error-queue and delayed-retry copies
-            headers[names.PROCESSING_TRACEPARENT] = (
-                f"00-{trace_id}-{span_id}-{ids.trace_flags:02x}")
+        _processed_by(ids, headers)
         context.on_outgoing(self.outgoing)
         token = otel_context.attach(trace.set_span_in_context(span, parent))
         try:
@@ -170,10 +166,7 @@ class TracingStep:
         the move is a child of that attempt's span, which the copies name."""
         message = context.message
         attempt = self._failed_attempts[message.native_id]
-        trace_id, span_id = format_trace_id(attempt.trace_id), format_span_id(attempt.span_id)
-        _bind(trace_id=trace_id, span_id=span_id)
-        headers[names.PROCESSING_TRACEPARENT] = (
-            f"00-{trace_id}-{span_id}-{attempt.trace_flags:02x}")
+        _processed_by(attempt, headers)
         parent = trace.NonRecordingSpan(attempt)
         token = otel_context.attach(trace.set_span_in_context(parent))
         try:
@@ -240,6 +233,15 @@ class TracingStep:
                            names.OPERATION_NAME: operation, names.DESTINATION: queue})
         self.tracer.start_span(f"{operation} {queue}", context=trace.set_span_in_context(span),
                                kind=SpanKind.PRODUCER, attributes=attributes).end()
+
+
+def _processed_by(span: SpanContext, headers: dict[str, str] | None) -> None:
+    """Name ``span`` as the one processing the message: in the log context, and in the
+    headers every copy of the message carries (audit, error queue, delayed retry)."""
+    trace_id, span_id = format_trace_id(span.trace_id), format_span_id(span.span_id)
+    _bind(trace_id=trace_id, span_id=span_id)
+    if headers is not None:
+        headers[names.PROCESSING_TRACEPARENT] = f"00-{trace_id}-{span_id}-{span.trace_flags:02x}"
 
 
 class TracedBatch(ReceivedBatch):
