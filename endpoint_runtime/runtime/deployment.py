@@ -49,6 +49,12 @@ log = structlog.get_logger("endpoint_runtime.runtime.deployment")
 RESTART_TIMEOUT_SECONDS = 120.0
 """How long a restart may wait for the cluster to place and start a new peeker."""
 
+PINNED_RESTART_SECONDS = 30.0
+"""How long a restart waits for a peeker pinned by ``peeker_resources`` to be placed on a node
+with them before it starts the peeker anywhere. A node lost a moment ago may still be listed
+alive (Ray notices a vanished raylet by its health checks, some seconds later): a peeker asked
+of it would wait for ever."""
+
 
 class EndpointDeployment:
     """A running endpoint: one PeekerActor and the ReceiverActors it manages."""
@@ -62,6 +68,8 @@ class EndpointDeployment:
         """Times :meth:`restart` recreated the peeker."""
         self.restarting = False
         """A :meth:`restart` is under way (the driver's status lines say so)."""
+        self.attempts = 0
+        """Peekers created by :meth:`restart`, placed or not: each has a name of its own."""
         self.stopped = False
         """:meth:`stop` ran."""
 
@@ -144,10 +152,23 @@ class EndpointDeployment:
             # Pinned to the node that was lost: anywhere is better than waiting for it.
             log.warning("peeker_placement_unavailable", resources=resources)
             resources = None
-        self.peeker = await _start_peeker(self.config, resources, self.restarts + 1)
+        if resources:
+            try:
+                self.peeker = await self._start_peeker(resources, PINNED_RESTART_SECONDS)
+            except TimeoutError:
+                log.warning("peeker_placement_unavailable", resources=resources,
+                            waited_seconds=PINNED_RESTART_SECONDS)
+                resources = None
+        if not resources:
+            self.peeker = await self._start_peeker(None, None)
         self.restarts += 1
         log.warning("endpoint_restarted", endpoint=self.config.endpoint_name,
                     restarts=self.restarts)
+
+    async def _start_peeker(self, resources: dict[str, float] | None,
+                            timeout: float | None) -> Any:  # noqa: ASYNC109
+        self.attempts += 1
+        return await _start_peeker(self.config, resources, self.attempts, timeout)
 
     async def status(self, refresh: bool = False) -> DeploymentStatus:
         """Status of the peeker and its receivers; by default as of the last peek cycle,
@@ -214,17 +235,27 @@ def _reserving(config: DeploymentConfig) -> DeploymentConfig:
 
 
 async def _start_peeker(config: DeploymentConfig, resources: dict[str, float] | None,
-                        generation: int = 0) -> Any:
+                        generation: int = 0, timeout: float | None = None) -> Any:  # noqa: ASYNC109
     """Create the PeekerActor of ``config`` (on a node with ``resources``, when given) and
-    wait until it has started its receivers. ``generation``: the restarts before it (a
-    recreated peeker keeps the deployment id, and the name of a lost one may linger)."""
+    wait until it has started its receivers, at most ``timeout`` seconds (then
+    ``TimeoutError``). ``generation``: the peekers created for this deployment before it (a
+    recreated peeker keeps the deployment id, and the name of a lost one may linger). A peeker
+    that did not start, for whatever reason (a timeout, a cancelled restart), is killed: one
+    still waiting for its node would otherwise start later beside its successor."""
+    import ray
+
     placement: dict[str, Any] = {"resources": dict(resources)} if resources else {}
     name = f"peeker-{config.endpoint_name}-{config.deployment_id}"
     peeker = PeekerActor.options(
         num_cpus=0, max_restarts=0, name=f"{name}-{generation}" if generation else name,
         **placement,
     ).remote(config)
-    await peeker.start.remote()  # type: ignore[attr-defined]
+    try:
+        await asyncio.wait_for(peeker.start.remote(), timeout)  # type: ignore[attr-defined]
+    except BaseException:
+        with contextlib.suppress(Exception):
+            ray.kill(peeker, no_restart=True)  # type: ignore[arg-type]
+        raise
     return peeker
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import uuid
 
 import pytest
+import ray
 
 from endpoint_runtime import Sender
 from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.runtime import deployment as deployment_module
 from tests.e2e.conftest import (
     Deployer,
     count,
@@ -142,3 +145,49 @@ async def test_listen_wakes_an_idle_endpoint_long_before_the_peek_delay(
                                     what=f"message {n} handled")
         latencies.append((handled_at - sent_at).total_seconds())
     assert all(0 < latency < WAKE_BOUND for latency in latencies), latencies
+
+
+@ray.remote(num_cpus=0)
+class _Holder:
+    """Takes the node's resource the peeker is pinned by, so that the peeker cannot be placed."""
+
+    def ready(self) -> bool:
+        return True
+
+
+async def test_a_pinned_peeker_that_cannot_be_placed_is_restarted_elsewhere_and_never_late(
+    deployer: Deployer, transport: PostgresTransport, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restart whose pinned node is listed alive but cannot take the peeker (as a node lost
+    a moment ago, before Ray's health checks notice) starts it without the pin after
+    PINNED_RESTART_SECONDS, and the pinned attempt is killed: it never starts later beside its
+    successor. Before, the restart waited RESTART_TIMEOUT_SECONDS on it, left it pending, and
+    the next attempt took the same name (a clean clone's CI: the submit driver exited 1 after
+    the peeker's node was killed)."""
+    monkeypatch.setattr(deployment_module, "PINNED_RESTART_SECONDS", 3.0)
+    # The node's own resource, all of it: one actor at a time can hold it.
+    [pin] = [name for name in ray.cluster_resources()
+             if name.startswith("node:") and name != "node:__internal_head__"]
+    deployment = await deployer.start("graceful_endpoint", peeker_resources={pin: 1.0})
+    holders = []
+    try:
+        ray.kill(deployment.peeker, no_restart=True)
+        holders.append(_Holder.options(resources={pin: 1.0}).remote())
+        await asyncio.gather(*(holder.ready.remote() for holder in holders))
+
+        await asyncio.wait_for(deployment.restart(), 60)
+        assert deployment.restarts == 1
+        status = await fresh_status(deployment)
+        assert len(status.receivers) >= 1, status_line(status)
+    finally:
+        for holder in holders:
+            ray.kill(holder)
+    prefix = f"peeker-graceful-{deployment.config.deployment_id}"
+
+    async def only_the_successor() -> bool:
+        names = [n for n in ray.util.list_named_actors() if n.startswith(prefix)]
+        return names == [f"{prefix}-{deployment.attempts}"]
+
+    # With the CPUs free again, a pinned attempt left pending would start now.
+    await wait_for(only_the_successor, timeout=30, what="only the unpinned peeker named")
+    assert deployment.attempts == 2

@@ -8,7 +8,7 @@ commands of its command block in order (``run`` and ``ingest``, whichever it nam
 background, as "until Ctrl-C" in terminals of their own; each other command must succeed),
 waits for the endpoint's queue, sees the row the handler wrote from a second directory's
 command (``db psql``: the same embedded server), then presses Ctrl-C (SIGINT to each
-background command's process group, as a terminal does): each must exit within 3 s and leave
+background command's process group, as a terminal does): each must exit within 8 s and leave
 none of the processes it started (its Ray) running 3 s after it exited. No command prints an
 ``XDG_RUNTIME_DIR`` warning or Ray's start-up notices; the first command says once that it
 started the embedded server.
@@ -30,7 +30,7 @@ from tests.support.readme import first_handler_section, readme_commands, readme_
 from tests.support.user_home import Started, UserHome, family, kill, still_running
 
 BACKGROUND = {"run", "ingest"}  # "until Ctrl-C": a terminal of their own each
-EXIT_WITHIN = 3.0
+EXIT_WITHIN = 8.0  # as tests/e2e/test_run_command.py: ~1 s quiet, 16.5 s before the fix
 LEFTOVERS_WITHIN = 3.0
 READY_WITHIN = 240.0
 ROW_WITHIN = 120.0
@@ -119,7 +119,7 @@ def _wait_for_row(user: UserHome, cwd: Path, table: str, payload: dict[str, obje
 
 
 def _ctrl_c(started: Started) -> None:
-    """SIGINT to the command's process group, as a terminal's Ctrl-C: it exits within 3 s and
+    """SIGINT to the command's process group, as a terminal's Ctrl-C: it exits within 8 s and
     what it started is gone 3 s later."""
     if started.process.poll() is not None:
         pytest.fail(f"{started.args} ended before Ctrl-C:\n{started.text()}")

@@ -9,7 +9,7 @@ tests see it in flight.
 
 The last tests run the command as a person does: several endpoints and ``--ingest`` in one
 process on the local Ray it starts itself, Ctrl-C to its process group as a terminal sends it
-(the exit within 3 s, none of the processes it started left), and a grace period that cancels a
+(the exit within 8 s, none of the processes it started left), and a grace period that cancels a
 handler still running (its message rolled back, free to be received again).
 """
 
@@ -228,8 +228,10 @@ async def test_a_second_signal_ends_run_at_once(
 
 # -- as a person runs it: its own local Ray, Ctrl-C to its process group -----------------------
 
-EXIT_WITHIN = 3.0
-"""Seconds from Ctrl-C to the end of ``run`` when no handler is busy (issue 27)."""
+EXIT_WITHIN = 8.0
+"""Seconds from Ctrl-C to the end of ``run`` when no handler is busy (issue 27): about a second
+on a quiet machine; 8 s leaves room for a loaded one (3.8 s seen beside the other worker's
+tests) and still fails the code before the fix (15.7 s)."""
 LEFTOVERS_WITHIN = 3.0
 """Seconds after ``run`` exited within which the processes it started must be gone (a killed
 process may take a moment to be reaped)."""
@@ -322,7 +324,7 @@ async def test_run_deploys_several_endpoints_and_ingestion_on_one_ray_and_ctrl_c
     """`run A B --ingest`: three deployments in one process, on the one local Ray it started
     (one GCS server, one raylet among its processes); both endpoints handle a message and the
     ingestion endpoint records both audit copies. While nothing changes, no status line
-    repeats the previous one. Ctrl-C, no handler busy: exit status 0 within 3 s, and none of
+    repeats the previous one. Ctrl-C, no handler busy: exit status 0 within 8 s, and none of
     the processes it started (GCS, raylet, Ray's agents, actors) still running 3 s later.
     Before: `run` took one endpoint, logged the same line every interval, and Ctrl-C took
     13-17 s and left Ray's agents running for minutes."""
