@@ -217,7 +217,9 @@ async def run(args: argparse.Namespace) -> int:
         finals: dict[str, DeploymentStatus] = {}
         # The client routes its commands by type too (docs/routing.md): sends name no queue.
         sender = Sender("examples-client", settings, local_address=client_queue,
-                        routes={PlaceOrder: "sales", AwardPoints: "loyalty"})
+                        routes={PlaceOrder: "sales", AwardPoints: "loyalty",
+                                fulfilment.FulfilOrder: "sales",
+                                fulfilment.PaymentReceived: "sales"})
         sender.on_outgoing(lambda headers: headers.setdefault(TENANT_HEADER, TENANT))
         try:
             startup = time.monotonic()
@@ -242,7 +244,7 @@ async def run(args: argparse.Namespace) -> int:
 
             began = time.monotonic()
             await send_all(sender, [*orders, *invalid])
-            await fulfilment.send_orders(sender, order_ids, "sales")
+            await fulfilment.send_orders(sender, order_ids)
             sent_in = time.monotonic() - began
             print(f"run {run_id}: sent {len(orders)} orders and {len(invalid)} invalid "
                   f"order(s) to sales in {sent_in:.2f} s", flush=True)

@@ -114,9 +114,9 @@ def unpaid(index: int) -> bool:
     return index % UNPAID_EVERY == 0
 
 
-async def send_orders(sender: Sender, order_ids: list[str], destination: str) -> None:
-    """The two messages of every order to the saga's endpoint (payment first for every other
-    one; none for the unpaid ones)."""
+async def send_orders(sender: Sender, order_ids: list[str]) -> None:
+    """The two messages of every order to the saga's endpoint, by the sender's routes (payment
+    first for every other one; none for the unpaid ones)."""
     for index, order_id in enumerate(order_ids, start=1):
         messages: list[msgspec.Struct] = [FulfilOrder(order_id=order_id)]
         if not unpaid(index):
@@ -124,7 +124,7 @@ async def send_orders(sender: Sender, order_ids: list[str], destination: str) ->
         if index % 2 == 0:
             messages.reverse()
         for message in messages:
-            await sender.send(message, destination=destination)
+            await sender.send(message)
 
 
 async def outcomes(pool: asyncpg.Pool, order_ids: list[str]) -> dict[str, int]:
