@@ -15,6 +15,7 @@ Every exception the runtime raises on purpose derives from :class:`EndpointRunti
     ├── PoisonMessageError                        headers that do not parse; keeps the raw row
     ├── TransactionAbortedError                   a handler swallowed a database error
     ├── HandlerCancelledError                     a handler cut short by a stop (NONE mode)
+    ├── HandlerTimeoutError                       a handler past handler_timeout (charged)
     ├── RecoverabilityFailedError                 the retry/error-queue step itself failed
     ├── CommittedCountsFailedError                the committed-counts table cannot be written
     ├── SagaError
@@ -114,6 +115,17 @@ class TransactionAbortedError(EndpointRuntimeError):
             "database errors inside a savepoint: `async with context.connection.transaction(): "
             "await context.connection.execute(...)`, then the error undoes only that block"
         )
+
+
+class HandlerTimeoutError(EndpointRuntimeError):
+    """A handler ran past the endpoint's ``handler_timeout`` and was cancelled: a failure of
+    the attempt like any other (retries, then the error queue), its transaction rolled back."""
+
+    def __init__(self, handler: str, seconds: float) -> None:
+        self.handler = handler
+        self.seconds = seconds
+        super().__init__(f"handler {handler} ran past handler_timeout ({seconds:g} s) and was "
+                         "cancelled")
 
 
 class HandlerCancelledError(EndpointRuntimeError):

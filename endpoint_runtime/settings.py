@@ -368,6 +368,7 @@ class EndpointOptions(TypedDict, total=False):
     delayed_delivery: DelayedDeliverySettings | Mapping[str, Any]
     outbox: OutboxSettings | Mapping[str, Any] | None
     stop_timeout: float
+    handler_timeout: float | None
     scale_down_after: float
     receiver_num_cpus: float
     receiver_resources: dict[str, float]
@@ -415,6 +416,11 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             commands, and delete its stored subscriptions to the commands it handles.
         stop_timeout: the grace period of a graceful stop: seconds in-flight handlers may
             still run before they are cancelled and their messages rolled back.
+        handler_timeout: seconds one handler may run on one message (``None``, the default:
+            no limit). A handler past it is cancelled (a statement it waits on is cancelled
+            in PostgreSQL), its transaction rolled back and the attempt charged, as any
+            failure: :class:`~endpoint_runtime.errors.HandlerTimeoutError`, then retries and
+            the error queue. Its row stays locked until then, never longer.
         scale_down_after: seconds of empty peeks before surplus receivers are retired.
         receiver_num_cpus: Ray CPUs reserved per receiver (0: do not reserve).
         receiver_resources: Ray custom resources each receiver requires, which pins receivers
@@ -454,6 +460,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     )
     outbox: OutboxSettings | None = None
     stop_timeout: float = 30.0
+    handler_timeout: float | None = None
     scale_down_after: float = 10.0
     receiver_num_cpus: float = 0.0
     receiver_resources: dict[str, float] = msgspec.field(default_factory=dict)
@@ -508,6 +515,10 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             raise ConfigurationError("throttle_after_failures cannot be negative")
         if self.stop_timeout < 0 or self.scale_down_after < 0:
             raise ConfigurationError("stop_timeout and scale_down_after cannot be negative")
+        if self.handler_timeout is not None and not self.handler_timeout > 0:
+            raise ConfigurationError(
+                f"handler_timeout must be a positive number of seconds or None (no limit), "
+                f"got {self.handler_timeout!r}")
 
     @property
     def mode(self) -> TransactionMode:

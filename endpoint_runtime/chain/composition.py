@@ -108,7 +108,7 @@ def build_pipeline(
         error_address=error_address, subscriptions=subscriptions, routes=routes,
         allowed_schemas=(frozenset(settings.transport.allowed_schemas)
                          if settings.transport.allowed_schemas is not None else None),
-        metrics=metrics)))
+        metrics=metrics, handler_timeout=settings.handler_timeout)))
     return Pipeline(endpoint=endpoint, local_address=address, steps=steps, stats=stats,
                     failures=failures, audit_address=audit_address, delayed_store=store,
                     batches=batches)

@@ -55,7 +55,7 @@ class HandlerRegistry:
         """
         if not inspect.iscoroutinefunction(handler):
             raise ConfigurationError(
-                f"handler {_name(handler)} must be an async function (async def)"
+                f"handler {handler_name(handler)} must be an async function (async def)"
             )
         takes_context = len(_parameters(handler)) == 2
         if message_type is None:
@@ -65,7 +65,7 @@ class HandlerRegistry:
         registered = self._handlers.setdefault(message_type, [])
         if handler in registered:
             raise ConfigurationError(
-                f"handler {_name(handler)} is already registered for {message_type.__name__}"
+                f"handler {handler_name(handler)} is already registered for {message_type.__name__}"
             )
         registered.append(handler)
         if not takes_context:
@@ -74,7 +74,8 @@ class HandlerRegistry:
             for name in ("immediate_retries", "delayed_retries"):
                 value = getattr(limits, name)
                 if value is not None and value < 0:
-                    raise ConfigurationError(f"{name} of {_name(handler)} cannot be negative")
+                    raise ConfigurationError(
+                        f"{name} of {handler_name(handler)} cannot be negative")
             self._limits[handler] = limits
 
     def start(self, handler: Handler, message: Any, context: HandlerContext) -> Awaitable[Any]:
@@ -104,7 +105,7 @@ def _parameters(handler: Handler) -> list[inspect.Parameter]:
     if len(parameters) not in (1, 2) or any(
             p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in parameters):
         raise ConfigurationError(
-            f"handler {_name(handler)} must take (message, context) or (message) alone"
+            f"handler {handler_name(handler)} must take (message, context) or (message) alone"
         )
     return parameters
 
@@ -124,7 +125,7 @@ async def cascade(context: HandlerContext, returned: object, handler: Handler) -
         messages = list(returned)
     else:
         raise HandlerReturnError(
-            f"handler {_name(handler)} returned {type(returned).__qualname__}: a handler "
+            f"handler {handler_name(handler)} returned {type(returned).__qualname__}: a handler "
             "returns None, a message (a msgspec.Struct) or a list or tuple of messages")
     for message in messages:
         if kind_of(type(message)) is MessageKind.EVENT:
@@ -140,20 +141,21 @@ def message_type_of(handler: Handler) -> type[msgspec.Struct]:
         hints = typing.get_type_hints(handler)
     except Exception as exc:
         raise ConfigurationError(
-            f"cannot resolve the annotations of handler {_name(handler)}: {exc}"
+            f"cannot resolve the annotations of handler {handler_name(handler)}: {exc}"
         ) from exc
     annotation = hints.get(parameters[0].name)
     if annotation is None:
         raise ConfigurationError(
-            f"handler {_name(handler)}: annotate the first parameter with the message type"
+            f"handler {handler_name(handler)}: annotate the first parameter with the message type"
         )
     if not (isinstance(annotation, type) and issubclass(annotation, msgspec.Struct)):
         raise ConfigurationError(
-            f"handler {_name(handler)}: message type {annotation!r} is not a msgspec.Struct"
+            f"handler {handler_name(handler)}: message type {annotation!r} is not a msgspec.Struct"
         )
     return annotation
 
 
-def _name(handler: object) -> str:
+def handler_name(handler: object) -> str:
+    """``module.qualname`` of ``handler``, as logs and errors name it."""
     module = getattr(handler, "__module__", "?")
     return f"{module}.{getattr(handler, '__qualname__', repr(handler))}"

@@ -8,21 +8,22 @@ largest, is in :mod:`endpoint_runtime.chain.recoverability.step`; the outbox's n
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 import uuid
 from collections.abc import Awaitable
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from endpoint_runtime.chain.context import CURRENT_CONTEXT, HandlerContext
-from endpoint_runtime.chain.handlers import HandlerRegistry, cascade
+from endpoint_runtime.chain.handlers import Handler, HandlerRegistry, cascade, handler_name
 from endpoint_runtime.chain.metrics import UNKNOWN_TYPE, Metrics
 from endpoint_runtime.chain.pipeline import IncomingContext, Next, ProcessingStats
 from endpoint_runtime.chain.recoverability.policy import FailedMessages
 from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.subscriptions import SubscriptionStore
-from endpoint_runtime.errors import UnknownMessageTypeError
+from endpoint_runtime.errors import HandlerTimeoutError, UnknownMessageTypeError
 from endpoint_runtime.logging import bind_message_context
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.wire.messages import (
@@ -185,10 +186,11 @@ class InvokeHandlersStep:
         self, *, endpoint: str, registry: HandlerRegistry, local_address: QueueAddress,
         error_address: QueueAddress, subscriptions: SubscriptionStore | None,
         allowed_schemas: frozenset[str] | None, metrics: Metrics,
-        routes: RouteTable | None = None,
+        routes: RouteTable | None = None, handler_timeout: float | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.routes = routes
+        self.handler_timeout = handler_timeout
         self.registry = registry
         self.local_address = local_address
         self.error_address = error_address
@@ -217,7 +219,11 @@ class InvokeHandlersStep:
         try:
             for handler in handlers:
                 context.limits = self.registry.limits_for(handler)
-                returned = await self.registry.start(handler, body, handler_context)
+                if self.handler_timeout is None:
+                    returned = await self.registry.start(handler, body, handler_context)
+                else:
+                    returned = await self._limited(handler, body, handler_context,
+                                                   self.handler_timeout)
                 if returned is not None:
                     await cascade(handler_context, returned, handler)
         finally:
@@ -225,3 +231,16 @@ class InvokeHandlersStep:
         context.limits = None
         context.ended = time.time()
         # The last step by construction: nothing after it to call.
+
+    async def _limited(self, handler: Handler, body: Any, context: HandlerContext,
+                       seconds: float) -> Any:
+        """``handler`` on ``body``, cancelled past ``seconds``: :class:`HandlerTimeoutError`
+        (a ``TimeoutError`` the handler raised itself stays what it is)."""
+        limit = asyncio.timeout(seconds)
+        try:
+            async with limit:
+                return await self.registry.start(handler, body, context)
+        except TimeoutError:
+            if limit.expired():
+                raise HandlerTimeoutError(handler_name(handler), seconds) from None
+            raise
