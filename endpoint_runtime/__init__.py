@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from endpoint_runtime.chain.context import HandlerContext, current_context
 from endpoint_runtime.chain.pipeline import IncomingContext, Next
+from endpoint_runtime.chain.recoverability.policy import Action, Decision, Failure
 from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import (
@@ -28,6 +29,7 @@ from endpoint_runtime.errors import (
     DiscardMessage,
     EndpointRuntimeError,
     HandlerReturnError,
+    HandlerTimeoutError,
     MessageDecodeError,
     QueueNotFoundError,
     RetryLater,
@@ -98,6 +100,11 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     # handler control
     "RetryLater",
     "DiscardMessage",
+    # a recoverability policy of one's own (Endpoint.recoverability_policy)
+    "Action",
+    "Decision",
+    "Failure",
+    "HandlerTimeoutError",
 ]
 
 

@@ -32,7 +32,11 @@ from endpoint_runtime.chain.composition import build_pipeline
 from endpoint_runtime.chain.handlers import Handler, HandlerRegistry
 from endpoint_runtime.chain.metrics import Metrics
 from endpoint_runtime.chain.pipeline import Pipeline, Step, UserStep, check_user_step
-from endpoint_runtime.chain.recoverability.policy import RecoverabilityPolicy, RetryLimits
+from endpoint_runtime.chain.recoverability.policy import (
+    CustomPolicy,
+    RecoverabilityPolicy,
+    RetryLimits,
+)
 from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.chain.sagas import Saga, Sagas
 from endpoint_runtime.chain.steps import InFlight
@@ -135,6 +139,8 @@ class Endpoint:
                 self.address
             )
         self.unrecoverable_exceptions = tuple(unrecoverable_exceptions)
+        self.custom_policy: CustomPolicy | None = None
+        """The policy :meth:`recoverability_policy` set, if any."""
         self.registry = HandlerRegistry()
         self.sagas = Sagas(self.address, self.registry)
         """The endpoint's sagas (:meth:`saga`; ``sagas.on_not_found``)."""
@@ -173,6 +179,31 @@ class Endpoint:
                 same type or module to another queue.
         """
         self.routes.add(message_type, to)
+
+    def recoverability_policy(self, policy: CustomPolicy) -> CustomPolicy:
+        """Replace what recoverability decides after a failed attempt, as NServiceBus's
+        ``recoverability.CustomPolicy`` does (docs/recoverability.md). A decorator::
+
+            @endpoint.recoverability_policy
+            def policy(failure: Failure, headers: dict[str, str], default: Decision) -> Decision:
+                if failure.exception_type == "my_app.errors.CardDeclined":
+                    return Decision(Action.ERROR_QUEUE)  # no retry can help
+                return default
+
+        ``default`` is the built-in decision. The policy runs in the receivers, may run more
+        than once for one attempt and must not block: a pure function of its arguments. One
+        that raises, or returns something that is not a :class:`Decision`, is logged
+        (``recoverability_policy_failed``) and the built-in decision is used.
+
+        Raises:
+            ConfigurationError: not callable, or the endpoint has a policy already.
+        """
+        if not callable(policy):
+            raise ConfigurationError(f"a recoverability policy must be callable, got {policy!r}")
+        if self.custom_policy is not None:
+            raise ConfigurationError(f"endpoint {self.name} has a recoverability policy already")
+        self.custom_policy = policy
+        return policy
 
     # -- sending from outside handlers (the endpoint's sender) ----------------------------
 
@@ -415,6 +446,7 @@ class Endpoint:
                 delayed_retry_delay=settings.delayed_retry_delay,
                 give_up_after=settings.delayed_retries_give_up_after,
                 unrecoverable=self.unrecoverable_exceptions,
+                custom=self.custom_policy,
             ),
             delayed_store=self.delayed_store, user_steps=self.user_steps,
             metrics=metrics, in_flight=in_flight, guard_store=guard_store,

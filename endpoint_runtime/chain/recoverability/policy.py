@@ -23,9 +23,11 @@ import collections
 import enum
 import traceback
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 
 import msgspec
+import structlog
 
 from endpoint_runtime.errors import (
     DiscardMessage,
@@ -48,6 +50,7 @@ from endpoint_runtime.wire.messages import (
 __all__ = [
     "MAX_EXCEPTION_MESSAGE",
     "Action",
+    "CustomPolicy",
     "Decision",
     "DiscardMessage",
     "ErrorHeaders",
@@ -60,6 +63,8 @@ __all__ = [
     "delayed_retries_done",
     "delayed_retry_headers",
 ]
+
+log = structlog.get_logger("endpoint_runtime.chain.recoverability")
 
 FAILURE_CACHE_SIZE = 10_000
 FAILURE_TEXT_BUDGET = 4_000_000
@@ -253,8 +258,16 @@ def _text_size(failure: Failure) -> int:
     return len(failure.message) + len(failure.stack_trace)
 
 
+CustomPolicy = Callable[["Failure", dict[str, str], "Decision"], "Decision"]
+"""A user's recoverability policy (``@endpoint.recoverability_policy``): from a message's
+failure record, its headers and the built-in policy's decision, the decision to carry out
+(docs/recoverability.md)."""
+
+
 class RecoverabilityPolicy:
-    """Decides what a message's next delivery does, from its failures and headers."""
+    """Decides what a message's next delivery does, from its failures and headers; a
+    ``custom`` policy, when given, has the last word (its faults fall back to the built-in
+    decision, logged)."""
 
     def __init__(
         self,
@@ -264,7 +277,9 @@ class RecoverabilityPolicy:
         delayed_retry_delay: float = 10.0,
         give_up_after: float = 86_400.0,
         unrecoverable: tuple[type[BaseException], ...] = (),
+        custom: CustomPolicy | None = None,
     ) -> None:
+        self.custom = custom
         self.immediate_retries = immediate_retries
         self.delayed_retries = delayed_retries
         self.delayed_retry_delay = delayed_retry_delay
@@ -277,6 +292,25 @@ class RecoverabilityPolicy:
     def decide(
         self, failure: Failure, headers: dict[str, str], now: datetime | None = None
     ) -> Decision:
+        decision = self.built_in(failure, headers, now)
+        if self.custom is None:
+            return decision
+        try:
+            chosen = self.custom(failure, headers, decision)
+        except Exception as exc:
+            log.error("recoverability_policy_failed", error=f"{type(exc).__name__}: {exc}"[:300],
+                      using=decision.action.value)
+            return decision
+        if not isinstance(chosen, Decision) or not isinstance(chosen.action, Action):
+            log.error("recoverability_policy_failed", using=decision.action.value,
+                      error=f"returned {chosen!r:.200}, not a Decision")
+            return decision
+        return chosen
+
+    def built_in(
+        self, failure: Failure, headers: dict[str, str], now: datetime | None = None
+    ) -> Decision:
+        """The built-in decision: NServiceBus's default policy."""
         if failure.discard_reason is not None:
             return Decision(Action.DISCARD)
         if failure.requested_delay is not None:
