@@ -12,12 +12,11 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Action, Decision, Endpoint, Failure, HandlerContext
-from endpoint_runtime.chain.outbox.storage import OutboxStorage
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.wire.messages import ErrorHeaders
-from tests.support.draining import drain, received_all
+from tests.support.draining import drain, prepare, received_all
 from tests.support.modes import MODES
 
 RETRIES = 2
@@ -61,12 +60,8 @@ async def test_a_custom_policy_decides_and_its_faults_fall_back_to_the_built_in_
     transport: PostgresTransport, mode: str,
 ) -> None:
     endpoint = endpoint_in(mode, transport)
-    for queue in ("jobs", "error"):
-        await transport.create_queue(queue)
-    await transport.pool.execute("CREATE TABLE attempts (n int); CREATE TABLE handled (n int)")
-    if endpoint.settings.outbox is not None:
-        async with transport.pool.acquire() as connection:
-            await OutboxStorage.for_settings(endpoint.address, endpoint.settings).setup(connection)
+    await prepare(transport, endpoint, "jobs", "error",
+                  tables="CREATE TABLE attempts (n int); CREATE TABLE handled (n int)")
     jobs = [Job(1, "ValueError"), Job(2, "KeyError"), Job(3, "RuntimeError"),
             Job(4, "LookupError"), Job(5, "ZeroDivisionError"), Job(6, "")]
     for job in jobs:

@@ -14,13 +14,12 @@ import msgspec
 import pytest
 
 from endpoint_runtime import Endpoint, HandlerContext
-from endpoint_runtime.chain.outbox.storage import OutboxStorage
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.wire.messages import ErrorHeaders
-from tests.support.draining import drain, received_all
+from tests.support.draining import drain, prepare, received_all
 from tests.support.modes import MODES
 
 LIMIT = 0.5
@@ -56,12 +55,8 @@ async def test_a_handler_past_its_time_limit_is_cancelled_and_charged(
     transport: PostgresTransport, mode: str,
 ) -> None:
     endpoint = endpoint_in(mode, transport)
-    for queue in ("tasks", "error"):
-        await transport.create_queue(queue)
-    await transport.pool.execute("CREATE TABLE attempts (n int); CREATE TABLE handled (n int)")
-    if endpoint.settings.outbox is not None:
-        async with transport.pool.acquire() as connection:
-            await OutboxStorage.for_settings(endpoint.address, endpoint.settings).setup(connection)
+    await prepare(transport, endpoint, "tasks", "error",
+                  tables="CREATE TABLE attempts (n int); CREATE TABLE handled (n int)")
     tasks = [Task(1, "forever"), Task(2, "statement"), Task(3, "own_timeout"), Task(4, "quick")]
     for task in tasks:
         await transport.send("tasks", create_outgoing(task))

@@ -4,6 +4,7 @@ it sent (for integration tests that check messages in and rows out)."""
 from __future__ import annotations
 
 from endpoint_runtime import Endpoint
+from endpoint_runtime.chain.outbox.storage import OutboxStorage
 from endpoint_runtime.chain.pipeline import Pipeline
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transactions.base import ReceiveStrategy
@@ -34,3 +35,16 @@ async def received_all(
         assert isinstance(message, TransportMessage)
         messages.append(message)
     return messages
+
+
+async def prepare(transport: PostgresTransport, endpoint: Endpoint, *queues: str,
+                  tables: str = "") -> None:
+    """The endpoint's ``queues``, its outbox table when it has an outbox, and ``tables``
+    (DDL), before a :func:`drain`."""
+    for queue in queues:
+        await transport.create_queue(queue)
+    if tables:
+        await transport.pool.execute(tables)
+    if endpoint.settings.outbox is not None:
+        async with transport.pool.acquire() as connection:
+            await OutboxStorage.for_settings(endpoint.address, endpoint.settings).setup(connection)
