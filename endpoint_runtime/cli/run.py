@@ -26,7 +26,9 @@ import structlog
 from endpoint_runtime.cli.common import (
     EXIT_ERROR,
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
+    PROG,
     positive_float,
     positive_int,
 )
@@ -89,9 +91,13 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
             return
         log.info("stop_requested", signal=signame, hint="send it again to exit at once")
         stop_requested.set()
-        # A second signal gets the default behaviour (KeyboardInterrupt / termination).
+        # A second signal ends the process at once: SIGTERM by its default action, SIGINT
+        # with status 130. Not by KeyboardInterrupt: asyncio.run would cancel the tasks and
+        # wait for their clean-up, which is the graceful stop again (a clean clone's CI: still
+        # running 20 s after the second Ctrl-C, its handler's minute not yet over).
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
+        signal.signal(signal.SIGINT, _exit_at_once)
 
     def install_handlers() -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -131,6 +137,13 @@ async def run_command(args: argparse.Namespace, settings: TransportSettings) -> 
         if starts_local_ray:
             shutdown_local_ray()
     return exit_code
+
+
+def _exit_at_once(signum: int, frame: object) -> None:
+    """The second SIGINT: leave now; in-flight messages roll back as their connections close,
+    and a local Ray's processes end with this one (they are tied to its main thread)."""
+    os.write(2, f"{PROG}: interrupted\n".encode())
+    os._exit(EXIT_INTERRUPTED)
 
 
 def shutdown_local_ray() -> None:
