@@ -4,7 +4,7 @@ marked) and the live saga instances per saga type.
 
 Per-minute series come from the audit log (messages handled, mean processing and critical
 time per minute of processing end: ingestion's rows) and from the queue lengths the
-deployments' heartbeats keep per minute (``runtime.heartbeats``).
+deployments' heartbeats keep per minute (``transport.heartbeat_tables``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from endpoint_runtime.chain.subscriptions import (
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.console.charts import MINUTES, Series, series
 from endpoint_runtime.delayed.postgres import PostgresDelayedMessageStore
-from endpoint_runtime.runtime.heartbeats import read_queue_lengths
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.transport.heartbeat_tables import read_queue_lengths
 
 
 class QueueRow(msgspec.Struct, frozen=True, kw_only=True):

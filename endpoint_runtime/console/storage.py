@@ -29,8 +29,8 @@ from endpoint_runtime.console.endpoints import (
 )
 from endpoint_runtime.errors import EndpointRuntimeError, QueueNotFoundError
 from endpoint_runtime.ingestion.storage import OperationalData
-from endpoint_runtime.runtime.heartbeats import read_heartbeats
 from endpoint_runtime.transport import QueueAddress, sending, statements
+from endpoint_runtime.transport.heartbeat_tables import read_heartbeats
 from endpoint_runtime.transport.queues import ddl_lock
 
 UNGROUPED_KEY = ("md5(coalesce(e.exception_type, '') || chr(10) || "

@@ -3,7 +3,7 @@
 With ``TransportSettings.installers`` (the default) a deployment creates what is missing at
 start: its queue, the error and audit queues, its delayed-message store, its outbox, the
 subscription table, its committed-counts table (``transactions.counting``) and the heartbeat
-tables its peeker writes (``runtime.heartbeats``, read by the console), then runs the
+tables its peeker writes (``transport.heartbeat_tables``, read by the console), then runs the
 endpoint's business schema (``schema_sql`` and install hooks,
 :mod:`endpoint_runtime.database.business_schema`). With ``installers=False`` it runs no DDL at
 all and only checks that those tables, and the business tables the endpoint declares, exist,
@@ -28,11 +28,11 @@ from endpoint_runtime.chain.subscriptions import subscription_store
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.database.business_schema import BusinessSchema
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.runtime.heartbeats import create_heartbeats_table, heartbeat_tables
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.counting import counts_table, create_counts_table
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.transport.heartbeat_tables import create_heartbeats_table, heartbeat_tables
 
 if TYPE_CHECKING:
     from endpoint_runtime.chain.sagas import Sagas
@@ -81,7 +81,7 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
     heartbeats: QueueAddress | None = None
     queue_lengths: QueueAddress | None = None
     """Where its peeker writes its heartbeat and its queue's length per minute
-    (``runtime.heartbeats``)."""
+    (``transport.heartbeat_tables``)."""
     sagas: tuple[QueueAddress, ...] = ()
     """One table per saga type (``endpoint_runtime.chain.sagas.storage``)."""
 

@@ -14,7 +14,8 @@ than :data:`HISTORY_HOURS`: the console's chart of queue length.
 The tables are the installers' (``endpoint-runtime db install`` and a deployment with
 installers create them: :func:`create_heartbeats_table`; ``db grants`` grants them); a
 heartbeat runs no DDL, so a role that may create nothing writes its heartbeat all the same.
-The console reads them with :func:`read_heartbeats` and :func:`read_queue_lengths`.
+The console reads them with :func:`read_heartbeats` and :func:`read_queue_lengths`
+(:mod:`endpoint_runtime.transport.heartbeat_tables`, with the tables' names and DDL).
 A heartbeat never stops an endpoint and never holds up its peeker: whatever a write raises
 (a role without the privilege, the database away, a connection the outage left broken) or
 when it takes longer than :data:`BEAT_TIMEOUT_SECONDS`, the peeker logs it once and goes on.
@@ -31,49 +32,42 @@ from typing import TYPE_CHECKING
 import asyncpg
 import structlog
 
-from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import DatabaseConnection
-from endpoint_runtime.transport.queues import ddl_lock
+from endpoint_runtime.transport.heartbeat_tables import (
+    BEAT_SECONDS,
+    BEAT_TIMEOUT_SECONDS,
+    HISTORY_HOURS,
+    HISTORY_TABLE,
+    SILENT_AFTER,
+    TABLE,
+    create_heartbeats_table,
+    heartbeat_tables,
+    heartbeats_table,
+    read_heartbeats,
+    read_queue_lengths,
+)
 
 if TYPE_CHECKING:  # the console reads the table too: it needs no actor module
     from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
 
 log = structlog.get_logger("endpoint_runtime.heartbeats")
 
-BEAT_SECONDS = 5.0
-SILENT_AFTER = 3 * BEAT_SECONDS
-BEAT_TIMEOUT_SECONDS = 2.0
-TABLE = "endpoint_heartbeats"
-HISTORY_TABLE = "endpoint_queue_lengths"
-HISTORY_HOURS = 24
-"""How long the queue length per minute is kept."""
-
-
-def heartbeat_tables(schema: str) -> tuple[QueueAddress, QueueAddress]:
-    """The heartbeats and the queue lengths per minute, in ``schema``."""
-    return QueueAddress(TABLE, schema), QueueAddress(HISTORY_TABLE, schema)
-
-
-def heartbeats_table(schema: str) -> str:
-    return QueueAddress(TABLE, schema).qualified
-
-
-async def create_heartbeats_table(connection: DatabaseConnection, schema: str) -> None:
-    """Both tables of :func:`heartbeat_tables` (idempotent, under the DDL lock)."""
-    beats, history = (table.qualified for table in heartbeat_tables(schema))
-    async with ddl_lock(connection):
-        await connection.execute(f"""
-            CREATE TABLE IF NOT EXISTS {beats} (
-                endpoint text NOT NULL, deployment_id text NOT NULL, host text NOT NULL,
-                state text NOT NULL, receivers_by_node jsonb NOT NULL,
-                processed bigint NOT NULL, failed bigint NOT NULL, estimate integer NOT NULL,
-                critical_error text, started_at timestamptz NOT NULL DEFAULT now(),
-                last_seen timestamptz NOT NULL DEFAULT now(),
-                PRIMARY KEY (endpoint, deployment_id));
-            CREATE TABLE IF NOT EXISTS {history} (
-                endpoint text NOT NULL, minute timestamptz NOT NULL, length integer NOT NULL,
-                PRIMARY KEY (endpoint, minute))""")
-
+# The tables' names and statements are the transport's (the installers and the console use
+# them without an actor module); importable from here as they always were.
+__all__ = [
+    "BEAT_SECONDS",
+    "BEAT_TIMEOUT_SECONDS",
+    "HISTORY_HOURS",
+    "HISTORY_TABLE",
+    "SILENT_AFTER",
+    "TABLE",
+    "Heartbeat",
+    "create_heartbeats_table",
+    "heartbeat_tables",
+    "heartbeats_table",
+    "read_heartbeats",
+    "read_queue_lengths",
+    "state_of",
+]
 
 def state_of(status: DeploymentStatus, stopped: bool = False) -> str:
     if stopped:
@@ -123,26 +117,3 @@ class Heartbeat:
                 status.endpoint, self.deployment_id, socket.gethostname(),
                 state_of(status, stopped), json.dumps(status.receivers_by_node),
                 status.processed, status.failed, status.estimate, status.critical_error)
-
-
-async def read_queue_lengths(connection: DatabaseConnection, schema: str,
-                             minutes: int) -> list[asyncpg.Record]:
-    """``endpoint``, ``minute`` and ``length`` of the last ``minutes`` minutes (none before
-    the tables are installed)."""
-    history = QueueAddress(HISTORY_TABLE, schema).qualified
-    if not await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", history):
-        return []
-    return await connection.fetch(
-        f"SELECT endpoint, minute, length FROM {history} "
-        "WHERE minute > date_trunc('minute', now()) - make_interval(mins => $1)", minutes)
-
-
-async def read_heartbeats(connection: DatabaseConnection, schema: str) -> list[asyncpg.Record]:
-    """Every deployment's row, with ``silent`` (not seen for :data:`SILENT_AFTER` seconds
-    while not stopped); none when no deployment has written one yet."""
-    table = heartbeats_table(schema)
-    if not await connection.fetchval("SELECT to_regclass($1) IS NOT NULL", table):
-        return []
-    return await connection.fetch(
-        f"SELECT *, state <> 'stopped' AND last_seen < now() - make_interval(secs => $1) "
-        f"AS silent FROM {table} ORDER BY endpoint, last_seen DESC", SILENT_AFTER)
