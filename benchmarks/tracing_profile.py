@@ -4,8 +4,8 @@ The same 20,000 received messages go through an endpoint's chain in this process
 handler of ``benchmarks.endpoints``: one send), with tracing off and on, spans made by the SDK
 with a batch span processor whose exporter drops them; the CPU time per message of each, and
 the OTLP/protobuf encoding time per span that an exporter adds in the receiver (measured on
-the spans of the ``on`` pass): the SDK's encoder and the runtime's
-(``endpoint_runtime.chain.tracing.otlp``, what a receiver's OTLP/HTTP exporter uses). The
+the spans of the ``on`` pass): the SDK's encoder, what a receiver's OTLP exporter uses (the
+runtime's own encoder was removed on 2026-12-01: its saving did not show end to end). The
 baseline is tracing off in the same run; ratios are off/on. Run ``python -m
 benchmarks.tracing_profile``; ``--profile MODE`` prints cProfile's top functions for one mode
 instead. ``--modes off`` imports nothing of tracing: with ``PYTHONPATH`` naming another
@@ -143,7 +143,6 @@ def sdk_span_floor(spans: int, rounds: int) -> dict[str, float]:
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     per_mode: dict[str, list[float]] = {mode: [] for mode in args.modes}
     encode: list[float] = []
-    encode_ours: list[float] = []
     for _ in range(args.rounds):
         for mode in args.modes:  # the modes alternate within each round
             exporter = Keep()
@@ -158,17 +157,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     encode_spans,
                 )
 
-                from endpoint_runtime.chain.tracing.otlp import SpanEncoder
-
                 spans = exporter.last
                 started = time.process_time()
                 encode_spans(spans).SerializePartialToString()
                 encode.append((time.process_time() - started) / len(spans) * 1e6)
-                encoder = SpanEncoder()
-                encoder.encode(spans[:10])  # as in a receiver: the repeating attributes known
-                started = time.process_time()
-                encoder.encode(spans)
-                encode_ours.append((time.process_time() - started) / len(spans) * 1e6)
     off = median(per_mode["off"]) if "off" in per_mode else float("nan")
     return {
         "benchmark": "tracing_profile", "messages": args.messages, "rounds": args.rounds,
@@ -179,7 +171,6 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "ratio_off_to_on": {m: round(off / median(v), 3)
                             for m, v in per_mode.items() if m != "off"},
         "otlp_encode_us_per_span": round(median(encode), 1) if encode else None,
-        "runtime_otlp_encode_us_per_span": round(median(encode_ours), 1) if encode else None,
         "spans_per_message_always_on": 2,
         "sdk_span_floor_us": sdk_span_floor(args.messages, args.rounds),
     }

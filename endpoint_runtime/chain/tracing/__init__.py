@@ -16,8 +16,8 @@ Switched on per endpoint with ``tracing=True`` (``EndpointSettings.tracing``,
 - :mod:`.attributes`: attribute names, OpenTelemetry's messaging conventions and
   NServiceBus's.
 - :mod:`.setup`: the SDK in an actor's process, from the ``OTEL_*`` variables (service name =
-  endpoint name), flushed when the actor stops; :mod:`.otlp`: the OTLP/HTTP span exporter's
-  encoding.
+  endpoint name), flushed when the actor stops; spans leave through the SDK's OTLP
+  exporter.
 - ``endpoint_runtime.runtime.actors.otel_metrics``: the processing metrics as OpenTelemetry
   instruments, beside Ray's; ``endpoint_runtime.runtime.actors.telemetry``: what a receiver
   and a peeker set up as they start (the peeker exports the queue length).

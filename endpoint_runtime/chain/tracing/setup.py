@@ -130,8 +130,6 @@ def exporter_classes(signal: str) -> list[type[Any]]:
                     f"OTLP protocol {protocol!r}: this runtime exports http/protobuf or grpc")
             package = "grpc" if protocol == "grpc" else "http"
             try:
-                if signal == "TRACES" and package == "http":  # the SDK's, our encoding
-                    module, name = "endpoint_runtime.chain.tracing.otlp", "SpanExporter"
                 classes.append(getattr(importlib.import_module(module.format(package)), name))
             except ImportError as exc:
                 raise ConfigurationError(
