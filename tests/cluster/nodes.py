@@ -83,6 +83,10 @@ def node_environment() -> dict[str, str]:
     return env
 
 
+NODE_START_ATTEMPTS = 3
+"""Tries of :meth:`LocalCluster.restart_node` before it gives up."""
+
+
 class LocalCluster:
     """A head node and ``workers`` worker nodes (each a dict of custom resources)."""
 
@@ -144,11 +148,30 @@ class LocalCluster:
             raise
 
     def restart_node(self, index: int) -> None:
-        """Start node ``index`` again (after :meth:`kill_node`), with its resources."""
+        """Start node ``index`` again (after :meth:`kill_node`), with its resources. A start
+        that fails is tried again, up to :data:`NODE_START_ATTEMPTS` times, after its raylet and
+        the agents it started are killed: ``ray start`` gives up when its raylet is not
+        registered within 30 s (a constant of Ray's), which a loaded machine missed once while
+        the GCS was still busy with the node's death (a clean clone's CI: 'The current node
+        timed out during startup', and the module's later tests found no node B)."""
+        for attempt in range(1, NODE_START_ATTEMPTS + 1):
+            self._kill_raylet(index)
+            try:
+                self._start_node(index)
+                return
+            except RuntimeError:
+                if attempt == NODE_START_ATTEMPTS:
+                    raise
+
+    def _kill_raylet(self, index: int) -> None:
+        """SIGKILL node ``index``'s raylet and what it started, if they still run."""
         with _gone():
             raylet = self.raylet(index)
-            raylet.kill()
-        self._start_node(index)
+            family = [raylet, *raylet.children(recursive=True)]
+            for process in family:
+                with _gone():
+                    process.kill()
+            psutil.wait_procs(family, timeout=10)
 
     def driver_environment(self, **extra: str) -> dict[str, str]:
         """The environment of a driver process of this cluster (``RAY_ADDRESS`` set)."""
