@@ -6,8 +6,6 @@ or handled past its retries."""
 
 from __future__ import annotations
 
-import collections
-
 import msgspec
 import pytest
 
@@ -16,7 +14,13 @@ from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.wire.messages import ErrorHeaders
-from tests.support.draining import drain, prepare, received_all
+from tests.support.draining import (
+    ATTEMPTS_TABLES,
+    attempts_by_message,
+    drain,
+    prepare,
+    received_all,
+)
 from tests.support.modes import MODES
 
 RETRIES = 2
@@ -61,7 +65,7 @@ async def test_a_custom_policy_decides_and_its_faults_fall_back_to_the_built_in_
 ) -> None:
     endpoint = endpoint_in(mode, transport)
     await prepare(transport, endpoint, "jobs", "error",
-                  tables="CREATE TABLE attempts (n int); CREATE TABLE handled (n int)")
+                  tables=ATTEMPTS_TABLES)
     jobs = [Job(1, "ValueError"), Job(2, "KeyError"), Job(3, "RuntimeError"),
             Job(4, "LookupError"), Job(5, "ZeroDivisionError"), Job(6, "")]
     for job in jobs:
@@ -76,8 +80,7 @@ async def test_a_custom_policy_decides_and_its_faults_fall_back_to_the_built_in_
     assert failed == {1: "builtins.ValueError", 3: "builtins.RuntimeError",
                       4: "builtins.LookupError", 5: "builtins.ZeroDivisionError"}
     assert await transport.depth("jobs") == 0
-    attempts = collections.Counter(
-        row["n"] for row in await transport.pool.fetch("SELECT n FROM attempts"))
+    attempts = await attempts_by_message(transport)
     built_in = 1 if mode == "none" else 1 + RETRIES  # the built-in decision's retries
     assert attempts == {1: 1, 2: 1, 3: built_in, 4: built_in, 5: built_in, 6: 1}, attempts
 

@@ -8,7 +8,6 @@ what it is."""
 from __future__ import annotations
 
 import asyncio
-import collections
 
 import msgspec
 import pytest
@@ -19,7 +18,13 @@ from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.wire.messages import ErrorHeaders
-from tests.support.draining import drain, prepare, received_all
+from tests.support.draining import (
+    ATTEMPTS_TABLES,
+    attempts_by_message,
+    drain,
+    prepare,
+    received_all,
+)
 from tests.support.modes import MODES
 
 LIMIT = 0.5
@@ -56,7 +61,7 @@ async def test_a_handler_past_its_time_limit_is_cancelled_and_charged(
 ) -> None:
     endpoint = endpoint_in(mode, transport)
     await prepare(transport, endpoint, "tasks", "error",
-                  tables="CREATE TABLE attempts (n int); CREATE TABLE handled (n int)")
+                  tables=ATTEMPTS_TABLES)
     tasks = [Task(1, "forever"), Task(2, "statement"), Task(3, "own_timeout"), Task(4, "quick")]
     for task in tasks:
         await transport.send("tasks", create_outgoing(task))
@@ -74,8 +79,7 @@ async def test_a_handler_past_its_time_limit_is_cancelled_and_charged(
         assert f"ran past handler_timeout ({LIMIT:g} s)" in failed[n][ErrorHeaders.MESSAGE]
     assert failed[3][ErrorHeaders.EXCEPTION_TYPE] == "builtins.TimeoutError", failed[3]
     assert await transport.depth("tasks") == 0
-    attempts = collections.Counter(
-        row["n"] for row in await transport.pool.fetch("SELECT n FROM attempts"))
+    attempts = await attempts_by_message(transport)
     tries = 1 if mode == "none" else 2  # one immediate retry where the mode retries
     assert attempts == {1: tries, 2: tries, 3: tries, 4: 1}, attempts
     # The statement was cancelled in the server, not left running behind the rollback.

@@ -3,6 +3,8 @@ it sent (for integration tests that check messages in and rows out)."""
 
 from __future__ import annotations
 
+import collections
+
 from endpoint_runtime import Endpoint
 from endpoint_runtime.chain.outbox.storage import OutboxStorage
 from endpoint_runtime.chain.pipeline import Pipeline
@@ -48,3 +50,14 @@ async def prepare(transport: PostgresTransport, endpoint: Endpoint, *queues: str
     if endpoint.settings.outbox is not None:
         async with transport.pool.acquire() as connection:
             await OutboxStorage.for_settings(endpoint.address, endpoint.settings).setup(connection)
+
+
+ATTEMPTS_TABLES = "CREATE TABLE attempts (n int); CREATE TABLE handled (n int)"
+"""Where test handlers note each attempt (outside the message's transaction: every attempt is
+seen, rolled back or not) and each success (inside it), by message number."""
+
+
+async def attempts_by_message(transport: PostgresTransport) -> collections.Counter[int]:
+    """The attempts of :data:`ATTEMPTS_TABLES`, per message number."""
+    rows = await transport.pool.fetch("SELECT n FROM attempts")
+    return collections.Counter(row["n"] for row in rows)
