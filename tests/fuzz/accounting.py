@@ -89,13 +89,30 @@ async def where_rows_ended(transport: PostgresTransport, endpoint: Endpoint,
     return ended
 
 
+def least_ended(endpoint: Endpoint, batch: list[Row]) -> int:
+    """How many of ``batch``'s rows must end somewhere (see :func:`assert_conserved`)."""
+    if endpoint.settings.outbox is None:
+        return len(batch)
+    ids = collections.Counter(effective_message_id(row) for row in batch if not row.expired)
+    return len(batch) - sum(n - 1 for n in ids.values())
+
+
+async def count_ended(transport: PostgresTransport, endpoint: Endpoint,
+                      batch: list[Row]) -> int:
+    """How many rows ended somewhere so far, read without taking anything (a row a ``none``
+    receiver took is in no table until its handler or its move to the error queue is done)."""
+    tables = EndpointTables.of(endpoint, endpoint.settings)
+    counted = [f"(SELECT count(*) FROM {tables.error_queue.qualified})",
+               f"(SELECT count(*) FROM {HANDLED_TABLE} WHERE endpoint = $1)"]
+    if tables.delayed is not None:
+        counted.append(f"(SELECT count(*) FROM {tables.delayed.qualified})")
+    ended: int = await transport.pool.fetchval(f"SELECT {' + '.join(counted)}", endpoint.name)
+    return ended + sum(row.expired for row in batch)
+
+
 def assert_conserved(endpoint: Endpoint, batch: list[Row],
                      ended: collections.Counter[str]) -> None:
     """Every row ended in exactly one place; with the outbox, a row whose (forged) message id
     an earlier row carried may end nowhere: deduplicated."""
     missing = len(batch) - sum(ended.values())
-    if endpoint.settings.outbox is not None:
-        ids = collections.Counter(effective_message_id(row) for row in batch if not row.expired)
-        assert 0 <= missing <= sum(n - 1 for n in ids.values()), ended
-    else:
-        assert missing == 0, ended
+    assert 0 <= missing <= len(batch) - least_ended(endpoint, batch), ended
