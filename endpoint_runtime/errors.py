@@ -140,6 +140,16 @@ class HandlerCancelledError(EndpointRuntimeError):
         )
 
 
+class ConnectionLostError(EndpointRuntimeError):
+    """A connection the runtime took from its pool for a message's work (an immediate send, a
+    deferred one) was found closed right after asyncpg reported a client-state error on it
+    (``InternalClientError: cannot switch to state ...``): the server ended the connection (a
+    restart, ``pg_terminate_backend``) and asyncpg saw the server's last message before it saw
+    the connection close. A failure of the transport, not of the message: where the message
+    can come back it is not charged (its transaction rolls back, the receive loop backs off);
+    in ``TransactionMode.NONE`` it is charged and its copy goes to the error queue."""
+
+
 class CommittedCountsFailedError(EndpointRuntimeError):
     """The statement that adds to the endpoint's committed counts failed (its table dropped,
     its privileges revoked): a fault of the deployment's set-up, not of the message, which

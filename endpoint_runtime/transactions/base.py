@@ -15,7 +15,7 @@ from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.transactions.counting import NO_COUNTS, SlotCounts
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import DatabaseConnection
+from endpoint_runtime.transport.connection import DatabaseConnection, pooled
 from endpoint_runtime.wire.messages import OutgoingMessage
 
 
@@ -94,12 +94,12 @@ class ImmediateDispatcher:
         self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool,
         due: datetime | None = None,
     ) -> None:
-        if due is None:
-            await sending.send(self._pool, address, message)
-            return
-        assert self._store is not None
-        async with self._pool.acquire() as connection:
-            await self._store.store(connection, as_delayed(address, message, due))
+        async with pooled(self._pool, f"a send to {address}") as connection:
+            if due is None:
+                await sending.send(connection, address, message)
+            else:
+                assert self._store is not None
+                await self._store.store(connection, as_delayed(address, message, due))
 
 
 class BufferedDispatcher:

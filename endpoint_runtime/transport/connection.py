@@ -14,14 +14,18 @@ least recently used is deallocated first. So does the list of queue tables it ve
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import hashlib
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import AsyncIterator, Hashable
 from typing import Any, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
+
+from endpoint_runtime.errors import ConnectionLostError
 
 DatabaseConnection: TypeAlias = (
     "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
@@ -45,6 +49,48 @@ def is_lost(connection: DatabaseConnection) -> bool:
         return connection.is_closed()
     except asyncpg.InterfaceError:
         return True
+
+
+LOSS_SETTLE_SECONDS = 0.5
+"""How long :func:`found_lost` watches for a connection's loss after a client-state error."""
+
+
+async def found_lost(*connections: DatabaseConnection | None,
+                     within: float = LOSS_SETTLE_SECONDS) -> bool:
+    """Whether one of ``connections`` is lost, or is found lost within ``within`` seconds.
+
+    For an error that may be a connection's loss seen early. When the server ends a
+    connection (a restart, ``pg_terminate_backend``) asyncpg reads the server's last message
+    (FATAL) while the connection is idle, and its protocol leaves its idle state; a statement
+    started before asyncpg has also read the end of the socket raises ``InternalClientError:
+    cannot switch to state 15; another operation (2) is in progress``, and the connection is
+    found closed a moment later. A connection that stays open past ``within`` was not lost:
+    the error is the statement's own. ``None`` entries are skipped."""
+    present = [connection for connection in connections if connection is not None]
+    if not present:
+        return False
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while not any(is_lost(connection) for connection in present):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+@contextlib.asynccontextmanager
+async def pooled(pool: asyncpg.Pool, work: str) -> AsyncIterator[DatabaseConnection]:
+    """A connection of ``pool`` for a message's ``work`` (e.g. "a send to public.orders"). A
+    client-state error on it that turns out to be its loss (:func:`found_lost`: a connection
+    whose server session ended while it waited in the pool) is raised as
+    :class:`ConnectionLostError`, a failure of the transport rather than of the message."""
+    async with pool.acquire() as connection:
+        try:
+            yield connection
+        except asyncpg.InternalClientError as exc:
+            if await found_lost(connection):
+                raise ConnectionLostError(f"the connection of {work} was lost ({exc})") from exc
+            raise
 
 
 def in_transaction(connection: DatabaseConnection) -> bool:

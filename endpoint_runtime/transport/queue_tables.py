@@ -29,6 +29,7 @@ from typing import Any
 from endpoint_runtime.errors import NotAQueueError, QueueNotFoundError
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import pooled
 
 
 @functools.cache
@@ -58,8 +59,11 @@ async def ensure_queue_table(
     # Through the pool when the connection has one: the check must not depend on the state of
     # the connection's transaction (a handler may have caught an error that aborted it, and
     # in receive-only mode its sends still go, on other connections).
-    executor = connection if home is None or home.pool is None else home.pool
-    row = await executor.fetchrow(_check_statement(), address.schema, address.table)
+    if home is None or home.pool is None:
+        row = await connection.fetchrow(_check_statement(), address.schema, address.table)
+    else:
+        async with pooled(home.pool, f"the check of queue {address}") as executor:
+            row = await executor.fetchrow(_check_statement(), address.schema, address.table)
     if not row["found"]:
         raise QueueNotFoundError(str(address))
     if not row["queue"]:

@@ -38,13 +38,14 @@ from endpoint_runtime.chain.steps import TypeTags
 from endpoint_runtime.chain.subscriptions import SubscriptionStore
 from endpoint_runtime.delayed.store import DelayedMessageStore
 from endpoint_runtime.errors import (
+    ConnectionLostError,
     HandlerCancelledError,
     QueueNotFoundError,
     RecoverabilityFailedError,
     TransactionAbortedError,
 )
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import is_lost
+from endpoint_runtime.transport.connection import found_lost, is_lost
 from endpoint_runtime.transport.sending import Executor
 from endpoint_runtime.wire.messages import PoisonMessage, RetryHeaders, TransportMessage
 
@@ -103,7 +104,8 @@ class RecoverabilityStep:
         try:
             await next(context)
         except Exception as exc:
-            if isinstance(exc, RecoverabilityFailedError) or self._transport_failed(context, exc):
+            if (isinstance(exc, RecoverabilityFailedError)
+                    or await self._transport_failed(context, exc)):
                 raise
             context.outcome = Outcome.FAILED
             if unit.tentative:  # counted by the strategy if the failure proves the message's
@@ -172,7 +174,9 @@ class RecoverabilityStep:
             self.failed(message, charged)
 
     @staticmethod
-    def _transport_failed(context: IncomingContext, exc: BaseException) -> bool:
+    async def _transport_failed(context: IncomingContext, exc: BaseException) -> bool:
+        """Whether ``exc`` is the transport's failure, raised to the receive loop, rather than
+        the message's, charged to it."""
         if isinstance(exc, CONNECTION_LOSS):
             return True
         connection = context.connection
@@ -180,8 +184,21 @@ class RecoverabilityStep:
             return True
         # The receive connection: the outbox dispatches there after the handlers.
         executor = context.unit.executor
-        return executor is not connection and isinstance(
-            executor, asyncpg.Connection | PoolConnectionProxy) and is_lost(executor)
+        receive = executor if executor is not connection and isinstance(
+            executor, asyncpg.Connection | PoolConnectionProxy) else None
+        if receive is not None and is_lost(receive):
+            return True
+        if not context.unit.retries:
+            # NONE: the message left its queue and nothing brings it back; charged, its copy
+            # goes to the error queue rather than nowhere.
+            return False
+        if isinstance(exc, ConnectionLostError):
+            return True
+        # A client-state error may be a connection's loss that asyncpg has not seen yet: it is
+        # the transport's when the handlers' or the receive connection is found lost right
+        # after (connection.found_lost); a handler's own misuse of its connection is charged.
+        return isinstance(exc, asyncpg.InternalClientError) and await found_lost(
+            connection, receive)  # type: ignore[arg-type]
 
     def failed(self, message: TransportMessage, exc: BaseException,
                limits: RetryLimits | None = None,

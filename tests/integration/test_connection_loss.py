@@ -1,0 +1,220 @@
+"""A connection loss that asyncpg reports first as a client-state error, against a real
+PostgreSQL, without Ray: the race reproduced, then classified by what is found right after.
+
+When the server ends a pooled connection while it waits in the pool (a restart,
+``pg_terminate_backend``), asyncpg reads the server's FATAL message while the connection is
+idle. A send that takes that connection before asyncpg has also read the end of the socket
+fails with ``InternalClientError: cannot switch to state 15; another operation (2) is in
+progress``; the connection is found closed right after. A clean clone's CI once saw a
+database restart move a message to the error queue that way: the loss was charged to it.
+
+The handlers below plant exactly that: they end the backend of the connection on top of the
+pool (asyncpg's pool is last in, first out), block the event loop while the server's last
+message and the end of the connection arrive, let the loop read one of them, then send. Which
+of the two the loop has read when the send starts is the race; the tests run enough messages
+to see it won and lost, and count each outcome as observed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import time
+
+import asyncpg
+import msgspec
+import pytest
+
+from endpoint_runtime import Endpoint, HandlerContext
+from endpoint_runtime.chain.outgoing import create_outgoing
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.errors import ConnectionLostError
+from endpoint_runtime.transport.connection import found_lost
+from endpoint_runtime.wire.messages import ErrorHeaders
+from tests.support.draining import ATTEMPTS_TABLES, attempts_by_message, prepare, received_all
+from tests.support.modes import MODES
+
+MESSAGES = 16
+RETRYING = [mode for mode in MODES if mode != "none"]
+
+
+class Note(msgspec.Struct):
+    n: int
+
+
+class Echo(msgspec.Struct):
+    n: int
+
+
+async def end_the_next_pooled_connection(transport: PostgresTransport, turns: int) -> None:
+    """End the server session of the connection the pool hands out next, and let the event
+    loop read ``turns`` times: with 1 or 2 it has usually read the server's FATAL message and
+    not yet the end of the socket (the race); with 3, usually both."""
+    async with transport.pool.acquire() as pooled:
+        pid = await pooled.fetchval("SELECT pg_backend_pid()")
+    admin = await asyncpg.connect(transport.settings.dsn)
+    try:
+        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+    finally:
+        await admin.close()
+    # Blocking on purpose: the server's last message and the end of the connection both
+    # arrive while the loop reads nothing, so the turns below decide what it has read.
+    time.sleep(0.2)  # noqa: ASYNC251
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
+def endpoint_in(mode: str, transport: PostgresTransport,
+                seen: collections.Counter[str]) -> Endpoint:
+    """No retries: a loss charged to a message sends it to the error queue at once."""
+    retries = {} if mode == "none" else {"immediate_retries": 0, "delayed_retries": 0}
+    endpoint = Endpoint("notes", **MODES[mode], **retries)
+
+    @endpoint.handler
+    async def note(message: Note, context: HandlerContext) -> None:
+        # Outside the message's transaction: every attempt is seen, rolled back or not.
+        attempt = await transport.pool.fetchval(
+            "WITH noted AS (INSERT INTO attempts (n) VALUES ($1) RETURNING n) "
+            "SELECT count(*) + 1 FROM attempts WHERE n = $1", message.n)
+        if attempt == 1:
+            await end_the_next_pooled_connection(transport, turns=1 + message.n % 3)
+        try:
+            await context.send(Echo(message.n), "echoes", immediate=True)
+        except Exception as exc:
+            seen[type(exc).__name__] += 1
+            raise
+        seen["sent"] += 1
+        await context.connection.execute("INSERT INTO handled (n) VALUES ($1)", message.n)
+
+    return endpoint
+
+
+async def drain_through_losses(transport: PostgresTransport,
+                               endpoint: Endpoint) -> list[BaseException]:
+    """Receive until the queue is empty, as a receiver does: a round that raises (the
+    transport failed) ends its slot, and a fresh slot on a fresh connection goes on. Returns
+    what the rounds raised."""
+    strategy = endpoint.create_strategy(endpoint.create_pipeline(), transport.pool,
+                                        endpoint.settings)
+    raised: list[BaseException] = []
+    for _ in range(4 * MESSAGES):
+        async with transport.pool.acquire() as connection:
+            slot = strategy.open_slot(connection)
+            try:
+                while (await slot.round()).taken:
+                    pass
+                return raised
+            except Exception as exc:
+                raised.append(exc)
+            finally:
+                await slot.close()
+    raise AssertionError(f"the queue did not empty; rounds raised {raised!r}")
+
+
+async def setup(transport: PostgresTransport, endpoint: Endpoint) -> None:
+    await prepare(transport, endpoint, "notes", "echoes", "error", tables=ATTEMPTS_TABLES)
+    for n in range(MESSAGES):
+        await transport.send("notes", create_outgoing(Note(n)))
+
+
+@pytest.mark.parametrize("mode", RETRYING)
+async def test_a_loss_first_seen_as_a_client_state_error_is_not_charged_to_the_message(
+    transport: PostgresTransport, mode: str,
+) -> None:
+    seen: collections.Counter[str] = collections.Counter()
+    endpoint = endpoint_in(mode, transport, seen)
+    await setup(transport, endpoint)
+
+    raised = await asyncio.wait_for(drain_through_losses(transport, endpoint), 120)
+
+    # Not charged: without retries a charged attempt would have sent the message to the
+    # error queue; every message came back and was handled once.
+    assert await received_all(transport, "error") == []
+    handled = await transport.pool.fetch("SELECT n FROM handled ORDER BY n")
+    assert [row["n"] for row in handled] == list(range(MESSAGES))
+    # The race, observed: some sends met the ended connection after asyncpg had read only
+    # the server's last message (the client-state error, now a ConnectionLostError), some
+    # met it mid-statement (asyncpg's ConnectionDoesNotExistError, a loss as before), and
+    # the others got a fresh connection from the pool. Each loss is the transport's: raised
+    # to the receive loop, or rolled back by the strategy (whose receive connection is fine).
+    assert seen["ConnectionLostError"] >= 1, seen
+    assert seen["sent"] >= 1, seen
+    assert set(seen) <= {"ConnectionLostError", "ConnectionDoesNotExistError", "sent"}, seen
+    assert all(isinstance(exc, ConnectionLostError | asyncpg.ConnectionDoesNotExistError)
+               for exc in raised), raised
+    lost = seen["ConnectionLostError"] + seen["ConnectionDoesNotExistError"]
+    attempts = await attempts_by_message(transport)
+    if mode != "batched":  # a batch's loss rolls back, and repeats, the whole batch
+        assert sum(attempts.values()) == MESSAGES + lost
+
+
+async def test_in_none_mode_the_message_of_such_a_loss_is_kept_in_the_error_queue(
+    transport: PostgresTransport,
+) -> None:
+    """The message left its queue before its handler ran: nothing can bring it back, so it
+    is charged and its copy goes to the error queue, named by the loss."""
+    seen: collections.Counter[str] = collections.Counter()
+    endpoint = endpoint_in("none", transport, seen)
+    await setup(transport, endpoint)
+
+    raised = await asyncio.wait_for(drain_through_losses(transport, endpoint), 120)
+
+    assert seen["ConnectionLostError"] >= 1, seen
+    failed = await received_all(transport, "error")
+    assert len(failed) == seen["ConnectionLostError"]
+    assert {m.headers[ErrorHeaders.EXCEPTION_TYPE] for m in failed} == {
+        "endpoint_runtime.errors.ConnectionLostError"}
+    # A loss met mid-statement is raised to the receive loop as before: that message, in
+    # hand, is lost (at most once), and only that one.
+    assert len(raised) == seen["ConnectionDoesNotExistError"], (raised, seen)
+    handled = await transport.pool.fetchval("SELECT count(*) FROM handled")
+    assert handled + len(failed) + len(raised) == MESSAGES
+
+
+@pytest.mark.parametrize("mode", RETRYING)
+async def test_a_handler_that_misuses_its_connection_concurrently_is_still_charged(
+    transport: PostgresTransport, mode: str,
+) -> None:
+    """Two statements at once on one connection: asyncpg refuses the second, the
+    connection stays open, and the failure is the message's (the error queue, no retries)."""
+    endpoint = Endpoint("notes", **MODES[mode], immediate_retries=0, delayed_retries=0)
+
+    @endpoint.handler
+    async def note(message: Note, context: HandlerContext) -> None:
+        if message.n == 0:  # both awaited to their end: nothing is left running
+            outcomes = await asyncio.gather(
+                context.connection.execute("SELECT pg_sleep(0.05)"),
+                context.connection.execute("SELECT 1"), return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+        await context.connection.execute("INSERT INTO handled (n) VALUES ($1)", message.n)
+
+    await prepare(transport, endpoint, "notes", "error", tables=ATTEMPTS_TABLES)
+    for n in range(2):
+        await transport.send("notes", create_outgoing(Note(n)))
+
+    raised = await asyncio.wait_for(drain_through_losses(transport, endpoint), 60)
+
+    assert raised == []
+    failed = await received_all(transport, "error")
+    assert [msgspec.json.decode(m.body, type=Note).n for m in failed] == [0]
+    assert failed[0].headers[ErrorHeaders.EXCEPTION_TYPE] == \
+        "asyncpg.exceptions._base.InterfaceError", failed[0].headers
+    assert await transport.pool.fetchval("SELECT array_agg(n) FROM handled") == [1]
+
+
+async def test_found_lost_waits_for_a_loss_and_not_longer_than_its_bound(
+    transport: PostgresTransport,
+) -> None:
+    connection = await asyncpg.connect(transport.settings.dsn)
+    try:
+        started = time.monotonic()
+        assert not await found_lost(connection, None, within=0.2)
+        assert time.monotonic() - started >= 0.2
+        pid = await connection.fetchval("SELECT pg_backend_pid()")
+        assert await transport.pool.fetchval("SELECT pg_terminate_backend($1)", pid)
+        assert await found_lost(connection, within=5)
+        assert not await found_lost(None)
+    finally:
+        connection.terminate()
