@@ -19,7 +19,10 @@ connection: each lost id must have been received, on a connection a fault cut, s
 and in the error queue: its effect committed on its own (there is no transaction around the
 handler), then the fault cut the connection before the handler ended, and its one failed
 attempt was copied to the error queue. Such an id counts once, as handled, when it too is
-traced to a cut (``handled_then_cut``); any other id in two places is ``accounted_twice``.
+traced to a cut (``handled_then_cut``), or when its copy is charged with a
+``ConnectionLostError`` (the runtime found the connection of its send closed: a pooled one,
+which the run does not trace) and a fault cut connections while it was in hand; any other id
+in two places is ``accounted_twice``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ EXACTLY_ONCE_SENDS = frozenset({"atomic", "batched", "outbox"})
 """Sends exactly once per handled message (no ghost sends)."""
 RECEIVER_DIED = "ReceiverDiedError"
 """The exception type (last part) of an error-queue copy the crash ledger sent there."""
+CONNECTION_LOST = "endpoint_runtime.errors.ConnectionLostError"
+"""The exception type of an error-queue copy whose handler met a pooled connection the runtime
+found closed (its send's, not the receive connection the run traces): the runtime's own
+evidence of a cut, which the run cannot see by connection (its backend is not recorded)."""
 CUT_WINDOW = 10.0
 """Seconds before a fault within which a receive counts as still in hand at it (a ``none``
 mode receiver handles a message at once after its receive, on the same connection)."""
@@ -162,6 +169,13 @@ def traced_to_a_cut(receives: list[Receive], cuts: list[CutAt]) -> bool:
     return False
 
 
+def cut_while_in_hand(receives: list[Receive], cuts: list[CutAt]) -> bool:
+    """Whether a fault cut any connection within :data:`CUT_WINDOW` seconds after one of
+    ``receives`` (of one id)."""
+    return any(-CUT_SLACK <= cut.at - receive.at <= CUT_WINDOW
+               for receive in receives for cut in cuts)
+
+
 def account(observed: Observed) -> Accounts:
     """Place every sent id of ``observed.mode`` by what was observed of it."""
     o = observed
@@ -183,7 +197,8 @@ def account(observed: Observed) -> Accounts:
     cut_after_effect = {
         i for i in handled & errors
         if o.mode == "none" and expected_place(o.mode, o.sent[i]) is Place.HANDLED
-        and traced_to_a_cut(receives_of[i], o.cuts)
+        and (traced_to_a_cut(receives_of[i], o.cuts)
+             or (o.error_queue[i] == CONNECTION_LOST and cut_while_in_hand(receives_of[i], o.cuts)))
     }
     for i in cut_after_effect:
         places[i] = [Place.HANDLED]

@@ -301,6 +301,28 @@ def test_handled_and_in_the_error_queue_passes_only_in_none_mode_when_a_cut_expl
     assert failed_checks(accounts) == (
         [] if mode == "none" else ["accounted_twice == 0", "conservation"])
 
+def test_in_none_mode_a_copy_charged_with_a_lost_connection_is_explained_by_any_cut() -> None:
+    """Seen at CI size: backend terminations cut a ``none`` handler's pooled send connection,
+    not its receive connection; its effect had committed and the runtime, finding that
+    connection closed, charged the attempt as ``ConnectionLostError``. Any other copy, or one
+    with no fault while it was in hand, still counts twice."""
+    ledger = Ledger("none")
+    lost, other_type, no_cut = [i for i, k in ledger.sent.items() if k == Fate.OK][:3]
+    ledger.error_queue[lost] = "endpoint_runtime.errors.ConnectionLostError"
+    ledger.error_queue[other_type] = "asyncpg.exceptions._base.InternalClientError"
+    ledger.error_queue[no_cut] = "endpoint_runtime.errors.ConnectionLostError"
+    receives = [Receive(lost, backend=31, client_port=41001, at=50.0),
+                Receive(other_type, backend=32, client_port=41002, at=50.0),
+                Receive(no_cut, backend=33, client_port=41003, at=20.0)]
+    cuts = [CutAt(at=50.3, backends=frozenset({99}))]  # another backend: a pooled one
+
+    accounts = account(ledger.observed(receives=receives, cuts=cuts))
+
+    assert accounts.handled_then_cut == 1
+    assert accounts.twice_ids == sorted(map(str, (other_type, no_cut)))
+    assert failed_checks(accounts) == ["accounted_twice == 0", "conservation"]
+
+
 def test_leftovers_fail_the_checks() -> None:
     ledger = Ledger("atomic")
     still = ledger.of(Fate.OK)

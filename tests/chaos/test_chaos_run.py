@@ -46,7 +46,12 @@ def test_every_message_is_accounted_for(chaos_result: dict[str, Any], mode: str)
     result = chaos_result["modes"][mode]
     planted = mode == PLANTED_MODE
     expected_failures = ["duplicate_effects == 0", "lost == lost_traced"] if planted else []
-    assert result["failed_checks"] == expected_failures, (result, chaos_result["stderr_tail"])
+    # pytest shortens a long dict in its report: the fields that say why come first, whole.
+    why = {key: result.get(key) for key in ("failed_checks", "twice_ids", "untraced_lost_ids",
+                                            "mismatches", "duplicate_ids", "in_both",
+                                            "handled_then_cut")}
+    assert result["failed_checks"] == expected_failures, (
+        json.dumps(why), result, chaos_result["stderr_tail"])
     assert result["sent"] == MESSAGES + POISON_PER_KIND * len(PoisonKind), result
     # An id handled and then cut (none mode: its effect committed, its attempt failed, the
     # error queue has the copy) is counted in both and placed once, as handled.
