@@ -9,16 +9,20 @@ progress``; the connection is found closed right after. A clean clone's CI once 
 database restart move a message to the error queue that way: the loss was charged to it.
 
 The handlers below plant exactly that: they end the backend of the connection on top of the
-pool (asyncpg's pool is last in, first out), block the event loop while the server's last
-message and the end of the connection arrive, let the loop read one of them, then send. Which
-of the two the loop has read when the send starts is the race; the tests run enough messages
-to see it won and lost, and count each outcome as observed.
+pool (asyncpg's pool is last in, first out) and block the event loop until that backend is
+gone (a thread waits for it: a clean clone's CI on a busy machine once ended no backend within
+a fixed 0.2 s), so that the server's last message and the end of the connection are both
+there; then they let the loop read once or more and send. What the loop has read when the
+send starts is the race; the tests run enough messages to see it won and lost (typically 10
+client-state errors, 6 losses mid-statement of 16 first attempts), and count each outcome as
+observed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import time
 
 import asyncpg
@@ -35,6 +39,8 @@ from tests.support.draining import ATTEMPTS_TABLES, attempts_by_message, prepare
 from tests.support.modes import MODES
 
 MESSAGES = 16
+GONE_WITHIN = 30.0
+"""Seconds an ended backend may take to go (a busy machine)."""
 RETRYING = [mode for mode in MODES if mode != "none"]
 
 
@@ -46,20 +52,38 @@ class Echo(msgspec.Struct):
     n: int
 
 
+def end_and_wait_until_gone(dsn: str, pid: int) -> None:
+    """End backend ``pid`` and return once it is gone (its last message sent, its socket
+    closed), on a connection and an event loop of this call's own: run from a thread while
+    the test's loop is blocked, so that loop reads nothing of the ended connection meanwhile."""
+    async def end() -> None:
+        admin = await asyncpg.connect(dsn)
+        try:
+            assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
+            deadline = time.monotonic() + GONE_WITHIN
+            while await admin.fetchval("SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                                       pid):
+                assert time.monotonic() < deadline, f"backend {pid} still there"
+                await asyncio.sleep(0.01)
+        finally:
+            await admin.close()
+
+    asyncio.run(end())
+
+
 async def end_the_next_pooled_connection(transport: PostgresTransport, turns: int) -> None:
     """End the server session of the connection the pool hands out next, and let the event
     loop read ``turns`` times: with 1 or 2 it has usually read the server's FATAL message and
     not yet the end of the socket (the race); with 3, usually both."""
     async with transport.pool.acquire() as pooled:
         pid = await pooled.fetchval("SELECT pg_backend_pid()")
-    admin = await asyncpg.connect(transport.settings.dsn)
-    try:
-        assert await admin.fetchval("SELECT pg_terminate_backend($1)", pid)
-    finally:
-        await admin.close()
-    # Blocking on purpose: the server's last message and the end of the connection both
-    # arrive while the loop reads nothing, so the turns below decide what it has read.
-    time.sleep(0.2)  # noqa: ASYNC251
+    # Blocking this loop on purpose (a thread of its own ends the backend and waits for it to
+    # be gone, however busy the machine): the server's last message and the end of the
+    # connection both arrive while this loop reads nothing, so the turns below decide what
+    # it has read.
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        thread.submit(end_and_wait_until_gone, transport.settings.dsn, pid).result()
+    time.sleep(0.05)  # noqa: ASYNC251 - the end of the socket, on loopback
     for _ in range(turns):
         await asyncio.sleep(0)
 
