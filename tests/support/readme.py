@@ -17,9 +17,14 @@ SECTION = "## A first handler"
 
 
 def first_handler_section() -> str:
-    text = README.read_text(encoding="utf-8")
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
+    return readme_section(SECTION)
+
+
+def readme_section(title: str, text: str | None = None) -> str:
+    """The README's section ``title`` (``## ...``), up to the next one."""
+    text = README.read_text(encoding="utf-8") if text is None else text
+    start = text.index(title)
+    end = text.find("\n## ", start + len(title))
     return text[start:end if end != -1 else len(text)]
 
 
