@@ -141,8 +141,8 @@ class HandlerCancelledError(EndpointRuntimeError):
 
 
 class ConnectionLostError(EndpointRuntimeError):
-    """A connection the runtime took from its pool for a message's work (an immediate send, a
-    deferred one) was found closed right after asyncpg reported a client-state error on it
+    """A connection the runtime took from its pool for a message's work (a send, the check of
+    a destination queue) was found closed right after asyncpg reported a client-state error on it
     (``InternalClientError: cannot switch to state ...``): the server ended the connection (a
     restart, ``pg_terminate_backend``) and asyncpg saw the server's last message before it saw
     the connection close. A failure of the transport, not of the message: where the message

@@ -15,7 +15,7 @@ from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.transactions.counting import NO_COUNTS, SlotCounts
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import DatabaseConnection, pooled
+from endpoint_runtime.transport.connection import DatabaseConnection, raise_as_loss_if_lost
 from endpoint_runtime.wire.messages import OutgoingMessage
 
 
@@ -94,12 +94,15 @@ class ImmediateDispatcher:
         self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool,
         due: datetime | None = None,
     ) -> None:
-        async with pooled(self._pool, f"a send to {address}") as connection:
-            if due is None:
-                await sending.send(connection, address, message)
-            else:
-                assert self._store is not None
-                await self._store.store(connection, as_delayed(address, message, due))
+        async with self._pool.acquire() as connection:
+            try:
+                if due is None:
+                    await sending.send(connection, address, message)
+                else:
+                    assert self._store is not None
+                    await self._store.store(connection, as_delayed(address, message, due))
+            except asyncpg.InternalClientError as exc:
+                await raise_as_loss_if_lost(connection, exc, f"a send to {address}")
 
 
 class BufferedDispatcher:

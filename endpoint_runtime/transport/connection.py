@@ -15,12 +15,11 @@ least recently used is deallocated first. So does the list of queue tables it ve
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import hashlib
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Hashable
-from typing import Any, TypeAlias
+from collections.abc import Hashable
+from typing import Any, NoReturn, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -78,19 +77,16 @@ async def found_lost(*connections: DatabaseConnection | None,
     return True
 
 
-@contextlib.asynccontextmanager
-async def pooled(pool: asyncpg.Pool, work: str) -> AsyncIterator[DatabaseConnection]:
-    """A connection of ``pool`` for a message's ``work`` (e.g. "a send to public.orders"). A
-    client-state error on it that turns out to be its loss (:func:`found_lost`: a connection
-    whose server session ended while it waited in the pool) is raised as
-    :class:`ConnectionLostError`, a failure of the transport rather than of the message."""
-    async with pool.acquire() as connection:
-        try:
-            yield connection
-        except asyncpg.InternalClientError as exc:
-            if await found_lost(connection):
-                raise ConnectionLostError(f"the connection of {work} was lost ({exc})") from exc
-            raise
+async def raise_as_loss_if_lost(connection: DatabaseConnection,
+                                exc: asyncpg.InternalClientError, work: str) -> NoReturn:
+    """Raise ``exc``, a client-state error of ``connection`` during a message's ``work``
+    (e.g. "a send to public.orders"), as :class:`ConnectionLostError` when the connection
+    turns out lost (:func:`found_lost`: its server session ended while it waited in the
+    pool), a failure of the transport rather than of the message; else as it is. Called from
+    an ``except``, so the message is formatted only when it is needed."""
+    if await found_lost(connection):
+        raise ConnectionLostError(f"the connection of {work} was lost ({exc})") from exc
+    raise exc
 
 
 def in_transaction(connection: DatabaseConnection) -> bool:

@@ -26,10 +26,12 @@ import functools
 from collections.abc import Collection
 from typing import Any
 
+import asyncpg
+
 from endpoint_runtime.errors import NotAQueueError, QueueNotFoundError
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import pooled
+from endpoint_runtime.transport.connection import raise_as_loss_if_lost
 
 
 @functools.cache
@@ -62,8 +64,11 @@ async def ensure_queue_table(
     if home is None or home.pool is None:
         row = await connection.fetchrow(_check_statement(), address.schema, address.table)
     else:
-        async with pooled(home.pool, f"the check of queue {address}") as executor:
-            row = await executor.fetchrow(_check_statement(), address.schema, address.table)
+        async with home.pool.acquire() as pooled:
+            try:
+                row = await pooled.fetchrow(_check_statement(), address.schema, address.table)
+            except asyncpg.InternalClientError as exc:
+                await raise_as_loss_if_lost(pooled, exc, f"the check of queue {address}")
     if not row["found"]:
         raise QueueNotFoundError(str(address))
     if not row["queue"]:
