@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import msgspec
@@ -97,36 +98,15 @@ class EndpointDeployment:
         :class:`ResourcesUnavailableError` at once. ``prepared``: :func:`prepare_endpoint` ran
         already (tables and subscriptions are there).
         """
-        if isinstance(endpoint, str):
-            path, endpoint = endpoint, load_endpoint(endpoint)
-        else:
-            path = endpoint.import_path
-        settings = await deployment_settings(endpoint, settings, **overrides)
-        if settings.tracing:
-            from endpoint_runtime.chain import tracing
+        async def placeable(settings: EndpointSettings) -> None:
+            ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
+            await asyncio.to_thread(check_placement, settings, peeker_resources)
 
-            tracing.check()  # here, not in each receiver as it starts
-        ensure_ray()  # in this thread: Ray installs its signal handlers in the main thread
-        await asyncio.to_thread(check_placement, settings, peeker_resources)
-        async with (PostgresTransport.connect(settings.transport) as transport,
-                    transport.pool.acquire() as connection):  # before anything is created
-            await check_connection_budget(connection, settings, endpoint=endpoint.name)
-        if not prepared:
-            await prepare_endpoint(endpoint, settings)
-        dsn = settings.transport.dsn
-        assert dsn is not None  # resolved by deployment_settings
-        config = _reserving(DeploymentConfig(
-            endpoint_path=path,
-            endpoint_name=endpoint.name,
-            address=endpoint.address,
-            dsn=dsn,
-            settings=settings,
-            deployment_id=uuid.uuid4().hex[:8],
-            otel_environment=OtelEnvironment.of(os.environ) if settings.tracing else {},
-        ))
+        config = await deployment_config(endpoint, settings, prepared=prepared,
+                                         before_budget=placeable, **overrides)
         peeker = await _start_peeker(config, peeker_resources)
-        log.info("endpoint_started", endpoint=endpoint.name, path=path,
-                 mode=settings.mode.value, max_concurrency=settings.max_concurrency)
+        log.info("endpoint_started", endpoint=config.endpoint_name, path=config.endpoint_path,
+                 mode=config.settings.mode.value, max_concurrency=config.settings.max_concurrency)
         return cls(config, peeker, peeker_resources)
 
     async def restart(self) -> None:
@@ -221,6 +201,47 @@ class EndpointDeployment:
         log.info("endpoint_stopped", endpoint=self.config.endpoint_name,
                  processed=final.processed)
         return final
+
+
+async def deployment_config(
+    endpoint: str | Endpoint,
+    settings: EndpointSettings | None = None,
+    *,
+    prepared: bool = False,
+    before_budget: Callable[[EndpointSettings], Awaitable[None]] | None = None,
+    **overrides: Any,
+) -> DeploymentConfig:
+    """What a new deployment of ``endpoint`` runs with, its database ready: the settings
+    (overrides applied, validated), the connection budget checked, the queues and tables
+    created (unless ``prepared``), a fresh deployment id. ``before_budget``: a check of the
+    settings that comes first (where Ray can place the actors)."""
+    if isinstance(endpoint, str):
+        path, endpoint = endpoint, load_endpoint(endpoint)
+    else:
+        path = endpoint.import_path
+    settings = await deployment_settings(endpoint, settings, **overrides)
+    if settings.tracing:
+        from endpoint_runtime.chain import tracing
+
+        tracing.check()  # here, not in each receiver as it starts
+    if before_budget is not None:
+        await before_budget(settings)
+    async with (PostgresTransport.connect(settings.transport) as transport,
+                transport.pool.acquire() as connection):  # before anything is created
+        await check_connection_budget(connection, settings, endpoint=endpoint.name)
+    if not prepared:
+        await prepare_endpoint(endpoint, settings)
+    dsn = settings.transport.dsn
+    assert dsn is not None  # resolved by deployment_settings
+    return _reserving(DeploymentConfig(
+        endpoint_path=path,
+        endpoint_name=endpoint.name,
+        address=endpoint.address,
+        dsn=dsn,
+        settings=settings,
+        deployment_id=uuid.uuid4().hex[:8],
+        otel_environment=OtelEnvironment.of(os.environ) if settings.tracing else {},
+    ))
 
 
 def _reserving(config: DeploymentConfig) -> DeploymentConfig:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import asyncpg
 import msgspec
@@ -27,6 +27,7 @@ from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.connections.embedded import resolve_dsn
 from endpoint_runtime.runtime.actors.cluster import ensure_ray
 from endpoint_runtime.runtime.actors.deployment_status import DeploymentStatus
+from endpoint_runtime.runtime.in_process import InProcessDeployment
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.wire.messages import PoisonMessage, TransportMessage
 from tests import conftest
@@ -91,20 +92,32 @@ async def wait_for(
         await asyncio.sleep(interval)
 
 
+Deployment: TypeAlias = EndpointDeployment | InProcessDeployment
+
+
 class Deployer:
     """Starts deployments of ``tests.e2e.endpoints`` endpoints on the test's database and
-    stops, at teardown, every one the test did not stop itself."""
+    stops, at teardown, every one the test did not stop itself.
 
-    def __init__(self, dsn: str) -> None:
+    In the modules marked ``in_process`` a deployment's peeker and receivers run on the test's
+    event loop (:mod:`endpoint_runtime.runtime.in_process`): the same objects, queues, chain
+    and PostgreSQL as on Ray, without two Ray worker processes per deployment (3 s each). Those
+    modules check what is not about Ray; receiver deaths, scaling over processes, draining,
+    metrics export and node loss stay on Ray.
+    """
+
+    def __init__(self, dsn: str, *, in_process: bool = False) -> None:
         self.dsn = dsn
-        self._running: list[EndpointDeployment] = []
+        self.in_process = in_process
+        self._running: list[Deployment] = []
 
     async def start(
         self, name: str, *, peek_delay: float = PEEK_DELAY, module: str = ENDPOINTS_MODULE,
         **overrides: Any,
-    ) -> EndpointDeployment:
+    ) -> Deployment:
         overrides.setdefault("stop_timeout", STOP_TIMEOUT)
-        deployment = await EndpointDeployment.start(
+        kind = InProcessDeployment if self.in_process else EndpointDeployment
+        deployment = await kind.start(
             f"{module}:{name}",
             transport=TransportSettings(dsn=self.dsn, peek_delay=peek_delay),
             **overrides,
@@ -112,7 +125,7 @@ class Deployer:
         self._running.append(deployment)
         return deployment
 
-    async def stop(self, deployment: EndpointDeployment) -> DeploymentStatus:
+    async def stop(self, deployment: Deployment) -> DeploymentStatus:
         self._running.remove(deployment)
         return await deployment.stop()
 
@@ -122,8 +135,9 @@ class Deployer:
 
 
 @pytest.fixture
-async def deployer(database_dsn: str) -> AsyncIterator[Deployer]:
-    deployer = Deployer(database_dsn)
+async def deployer(database_dsn: str, request: pytest.FixtureRequest) -> AsyncIterator[Deployer]:
+    deployer = Deployer(database_dsn,
+                        in_process=request.node.get_closest_marker("in_process") is not None)
     try:
         yield deployer
     finally:
@@ -204,7 +218,7 @@ async def depths(transport: PostgresTransport, *queues: str) -> dict[str, int]:
     return {queue: await transport.depth(queue) for queue in queues}
 
 
-async def fresh_status(deployment: EndpointDeployment) -> DeploymentStatus:
+async def fresh_status(deployment: Deployment) -> DeploymentStatus:
     """The peeker's status after asking every receiver now (``status()`` alone returns what
     the receivers said at the last peek cycle)."""
     await deployment.receiver_pids()  # refreshes the peeker's view of every receiver
@@ -212,7 +226,7 @@ async def fresh_status(deployment: EndpointDeployment) -> DeploymentStatus:
 
 
 async def wait_for_status(
-    deployment: EndpointDeployment,
+    deployment: Deployment,
     predicate: Callable[[DeploymentStatus], bool],
     *,
     timeout: float,  # noqa: ASYNC109 - passed on to wait_for

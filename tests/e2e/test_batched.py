@@ -21,7 +21,7 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.endpoints import Work
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 
 TOTAL = 30
 POISONED = 13

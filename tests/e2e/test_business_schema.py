@@ -9,15 +9,16 @@ import asyncio
 
 import pytest
 
-from endpoint_runtime import Endpoint, EndpointDeployment, Sender, TransportSettings
+from endpoint_runtime import Endpoint, Sender, TransportSettings
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.database.installation import install
 from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.runtime.in_process import InProcessDeployment
 from tests.e2e.conftest import PEEK_DELAY, STOP_TIMEOUT, Deployer, count, wait_for
 from tests.support import schema_endpoints
 from tests.support.schema_endpoints import LEDGER, ORDERS, Book, RecordOrder
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 
 MODULE = "tests.support.schema_endpoints"
 START_TIMEOUT = 60
@@ -47,8 +48,8 @@ async def test_a_start_with_installers_creates_the_tables_and_a_second_start_kee
         await deployer.stop(deployment)
 
 
-async def deploy_without_installers(endpoint: Endpoint, dsn: str) -> EndpointDeployment:
-    return await asyncio.wait_for(EndpointDeployment.start(
+async def deploy_without_installers(endpoint: Endpoint, dsn: str) -> InProcessDeployment:
+    return await asyncio.wait_for(InProcessDeployment.start(
         endpoint, stop_timeout=STOP_TIMEOUT,
         transport=TransportSettings(dsn=dsn, peek_delay=PEEK_DELAY, installers=False)),
         START_TIMEOUT)

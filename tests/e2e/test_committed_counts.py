@@ -17,7 +17,7 @@ from tests.e2e.conftest import Deployer, fresh_status, status_line, wait_for
 from tests.support import commit_failing_endpoints
 from tests.support.commit_failing_endpoints import AddLine
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 
 MODULE = "tests.support.commit_failing_endpoints"
 

@@ -30,6 +30,7 @@ pytestmark = pytest.mark.ray
 MODULE = "tests.support.hardening_endpoints"
 
 
+@pytest.mark.in_process
 async def test_a_deployment_whose_worst_case_exceeds_the_server_fails_at_start(
     deployer: Deployer, transport: PostgresTransport
 ) -> None:
@@ -88,6 +89,7 @@ async def _capacity(transport: PostgresTransport) -> ServerCapacity:
         return await server_capacity(connection)
 
 
+@pytest.mark.in_process
 async def test_two_deployments_that_fit_alone_do_not_both_start_when_together_they_may_not(
     deployer: Deployer, transport: PostgresTransport
 ) -> None:
@@ -119,6 +121,7 @@ async def test_two_deployments_that_fit_alone_do_not_both_start_when_together_th
     await deployer.stop(second)
 
 
+@pytest.mark.in_process
 async def test_the_capacity_counts_a_reservation_or_the_open_connections_whichever_is_more(
     database_dsn: str, transport: PostgresTransport
 ) -> None:
@@ -144,6 +147,7 @@ async def test_the_capacity_counts_a_reservation_or_the_open_connections_whichev
     assert during.claimed - before.claimed == 3 + 50
 
 
+@pytest.mark.in_process
 async def test_a_role_without_pg_read_all_stats_counts_other_roles_connections(
     server_dsn: str, database_dsn: str, transport: PostgresTransport
 ) -> None:

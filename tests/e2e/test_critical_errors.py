@@ -17,7 +17,7 @@ from endpoint_runtime.connections.connecting import PostgresTransport
 from tests.e2e.conftest import Deployer, count, fresh_status, wait_for, wait_for_status
 from tests.support.hardening_endpoints import Doomed, Work
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 MODULE = "tests.support.hardening_endpoints"
 TRIGGER_SECONDS = 2.0
 

@@ -15,7 +15,7 @@ import signal
 import pytest
 import ray
 
-from endpoint_runtime import Endpoint, EndpointDeployment
+from endpoint_runtime import Endpoint
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.runtime.actors.committed_counts import (
     CommittedCounts,
@@ -24,6 +24,7 @@ from endpoint_runtime.runtime.actors.committed_counts import (
 )
 from tests.e2e.conftest import (
     Deployer,
+    Deployment,
     count,
     fresh_status,
     send_batch,
@@ -44,14 +45,14 @@ ROWS = "SELECT count(*) FROM counted"
 
 
 async def committed(transport: PostgresTransport,
-                    deployment: EndpointDeployment) -> CommittedCounts:
+                    deployment: Deployment) -> CommittedCounts:
     config = deployment.config
     return await read_committed(transport.pool, config.deployment_id,
                                 table=counts_table(config.address))
 
 
 async def counted_and_committed(
-    transport: PostgresTransport, deployment: EndpointDeployment
+    transport: PostgresTransport, deployment: Deployment
 ) -> tuple[int, CommittedCounts]:
     """The business rows and the committed counts, in one snapshot."""
     async with transport.pool.acquire() as connection, connection.transaction(
@@ -65,7 +66,7 @@ async def counted_and_committed(
 async def deploy_with_backlog(
     deployer: Deployer, transport: PostgresTransport, name: str, messages: list[Count],
     **overrides: float,
-) -> tuple[Endpoint, EndpointDeployment]:
+) -> tuple[Endpoint, Deployment]:
     """The table ``counted``, the endpoint of mode ``name`` deployed, ``messages`` sent."""
     endpoint: Endpoint = getattr(counted_endpoints, name)
     await transport.pool.execute("CREATE TABLE counted (n integer)")
@@ -74,6 +75,7 @@ async def deploy_with_backlog(
     return endpoint, deployment
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("name", MODES)
 async def test_the_committed_total_is_the_business_rows_and_the_failed_the_error_queue(
     deployer: Deployer, transport: PostgresTransport, name: str,
@@ -134,6 +136,7 @@ async def test_receivers_killed_mid_load_leave_the_committed_total_equal_to_the_
     assert counts.failed == 0, counts
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("name", MODES)
 async def test_an_attempt_whose_commit_fails_is_not_counted(
     deployer: Deployer, transport: PostgresTransport, name: str,
@@ -163,6 +166,7 @@ async def test_an_attempt_whose_commit_fails_is_not_counted(
     assert await count(transport.pool, "SELECT count(*) FROM order_lines") == 1
 
 
+@pytest.mark.in_process
 @pytest.mark.parametrize("name", ["atomic", "batched"])
 async def test_a_counts_table_that_cannot_be_written_is_a_set_up_fault_never_charged_to_messages(
     deployer: Deployer, transport: PostgresTransport, name: str,

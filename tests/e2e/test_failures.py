@@ -30,7 +30,7 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.endpoints import FailAfterSend, ImmediateThenFail, SendTwice
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 
 FAILED_TYPE = "tests.e2e.endpoints.HandlerFailedError"
 

@@ -10,7 +10,7 @@ from endpoint_runtime.wire.messages import TransportMessage
 from tests.e2e.conftest import Deployer, count, create_queues, drain_queue, wait_for
 from tests.e2e.endpoints import Ordered, Request, Unrelated
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 
 
 async def test_handlers_of_one_type_run_in_registration_order_in_one_attempt(

@@ -117,6 +117,7 @@ machine and Ray. With the peek delay at 10 s, polling alone would meet it for al
 messages with a chance of (2/10)^3 < 1 %."""
 
 
+@pytest.mark.in_process
 async def test_listen_wakes_an_idle_endpoint_long_before_the_peek_delay(
     deployer: Deployer, transport: PostgresTransport, sender: Sender
 ) -> None:

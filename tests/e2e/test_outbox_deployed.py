@@ -52,6 +52,7 @@ async def db(database_dsn: str) -> AsyncIterator[PostgresTransport]:
         yield transport
 
 
+@pytest.mark.in_process
 async def test_duplicates_across_two_deployments_take_effect_once(
     db: PostgresTransport, deployer: Deployer
 ) -> None:
@@ -174,6 +175,7 @@ async def test_a_receiver_killed_while_acks_wait_repeats_no_effect(
         assert status.replaced_receivers == 1
 
 
+@pytest.mark.in_process
 async def test_duplicates_counted_by_a_retired_receiver_stay_in_the_status(
     database_dsn: str, deployer: Deployer
 ) -> None:

@@ -24,7 +24,7 @@ from tests.e2e.conftest import (
 )
 from tests.e2e.endpoints import Typed
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 
 
 async def test_poison_unknown_type_and_undecodable_body_go_to_the_error_queue_at_once(

@@ -13,7 +13,7 @@ from tests.integration.test_publish_subscribe import prepare
 from tests.support import pubsub_endpoints
 from tests.support.pubsub_endpoints import PlaceOrder
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 
 MODULE = "tests.support.pubsub_endpoints"
 

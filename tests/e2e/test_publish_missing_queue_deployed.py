@@ -15,7 +15,7 @@ from tests.integration.test_publish_subscribe import SUBSCRIBERS, prepare
 from tests.support import pubsub_endpoints
 from tests.support.pubsub_endpoints import OrderPlaced, PlaceOrder
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 
 MODULE = "tests.support.pubsub_endpoints"
 ORDERS = 3

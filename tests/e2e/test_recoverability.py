@@ -13,7 +13,7 @@ import asyncpg
 import msgspec
 import pytest
 
-from endpoint_runtime import EndpointDeployment, TransportSettings
+from endpoint_runtime import TransportSettings
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.chain.recoverability.error_queue import retry_failed
 from endpoint_runtime.chain.recoverability.policy import ErrorHeaders, RetryHeaders
@@ -23,6 +23,7 @@ from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.wire.messages import OutgoingMessage, TransportMessage, from_wire_time
 from tests.e2e.conftest import (
     Deployer,
+    Deployment,
     count,
     create_queues,
     drain_queue,
@@ -32,7 +33,7 @@ from tests.e2e.conftest import (
 from tests.support.arrivals import arrivals, assert_on_time, record_arrivals
 from tests.support.recoverability_endpoints import Attempt, Charge
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 MODULE = "tests.support.recoverability_endpoints"
 
 
@@ -231,7 +232,7 @@ async def test_receive_circuit_breaker_triggers_when_the_database_stops_answerin
         assert await fresh.depth("error") == 0
 
 
-async def _receiving(deployment: EndpointDeployment) -> bool:
+async def _receiving(deployment: Deployment) -> bool:
     status = await fresh_status(deployment)
     return any(r.in_flight for r in status.receivers)
 

@@ -31,7 +31,7 @@ from tests.support.saga_endpoints import (
     TallyState,
 )
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 MODULE = "tests.support.saga_endpoints"
 RACERS = 8
 WAITING_FOR_LOCK = """

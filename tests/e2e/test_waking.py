@@ -13,7 +13,7 @@ from endpoint_runtime.wire.messages import TransportMessage
 from tests.e2e.conftest import Deployer, count, drain_queue, wait_for, wait_for_status
 from tests.support.waking_endpoints import Flaky, Ping, Report
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 MODULE = "tests.support.waking_endpoints"
 LONG_PEEK_DELAY = 60.0
 """A periodic peek that never comes during a test: only a NOTIFY can wake the deployment."""

@@ -14,7 +14,7 @@ from endpoint_runtime.wire.messages import ErrorHeaders, decode_headers
 from tests.e2e.conftest import Deployer, count, wait_for
 from tests.support.kinds_endpoints import OrderNote, OrderPlaced, PlaceOrder
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.in_process
 
 MODULE = "tests.support.kinds_endpoints"
 

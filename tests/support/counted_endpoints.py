@@ -3,7 +3,9 @@
 The handler inserts the message's ``n`` into the table ``counted`` (created by the tests), the
 business data the committed counts must match. ``Count(behaviour=...)``: ``fail`` always raises
 (the error queue after the retries), ``flaky`` raises at its first attempt in each receiver
-process (then a retry handles it), ``slow`` sleeps a little first (a load to kill receivers in).
+process (then a retry handles it; by message id, so a deployment in process, which shares the
+test's process, sees its own messages fail once too), ``slow`` sleeps a little first (a load
+to kill receivers in).
 A failing attempt raises before it writes anything: in none mode the insert would commit at once.
 """
 
@@ -22,14 +24,14 @@ class Count(msgspec.Struct):
     behaviour: str = "ok"  # ok | fail | flaky | slow
 
 
-_failed_once: set[int] = set()
+_failed_once: set[str] = set()
 
 
 async def count(message: Count, context: HandlerContext) -> None:
     if message.behaviour == "fail":
         raise RuntimeError(f"count {message.n} always fails")
-    if message.behaviour == "flaky" and message.n not in _failed_once:
-        _failed_once.add(message.n)
+    if message.behaviour == "flaky" and context.message_id not in _failed_once:
+        _failed_once.add(context.message_id)
         raise RuntimeError(f"count {message.n} fails once")
     if message.behaviour == "slow":
         await asyncio.sleep(0.02)

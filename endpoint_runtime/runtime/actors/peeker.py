@@ -31,18 +31,15 @@ from endpoint_runtime.runtime.actors.crash_ledger import (
     MAX_RECEIVER_DEATHS,
     DeathTally,
     ledger_path,
-    read_ledger_on_node,
 )
 from endpoint_runtime.runtime.actors.deployment_status import DeploymentConfig, DeploymentStatus
 from endpoint_runtime.runtime.actors.ray_metrics import RayMetrics
 from endpoint_runtime.runtime.actors.receiver import ReceiverStatus
 from endpoint_runtime.runtime.actors.receiver_handles import (
+    RayReceivers,
     ReceiverHandle,
-    await_ref,
+    ReceiverHosting,
     last_line,
-    launch_receiver,
-    live_nodes,
-    node_alive,
 )
 from endpoint_runtime.runtime.heartbeats import Heartbeat
 from endpoint_runtime.settings import replace as replace_settings
@@ -72,10 +69,12 @@ class PeekerNotes(msgspec.Struct, frozen=True, kw_only=True):
 class Peeker:
     """Plain class; :data:`PeekerActor` is its Ray actor form."""
 
-    def __init__(self, config: DeploymentConfig) -> None:
+    def __init__(self, config: DeploymentConfig, hosting: ReceiverHosting | None = None) -> None:
         configure_logging()
         structlog.contextvars.bind_contextvars(endpoint=config.endpoint_name)
         self.config = config
+        self._hosting: ReceiverHosting = hosting or RayReceivers()
+        """Where the receivers run: Ray actors, or objects on this loop (tests, in process)."""
         self.settings = config.settings
         self._receivers: list[ReceiverHandle] = []
         self._estimate = 0
@@ -237,7 +236,8 @@ class Peeker:
         asked = list(self._receivers)  # the list may change while the answers come
         results = await asyncio.gather(
             *(asyncio.wait_for(
-                await_ref(h.actor.status.remote(doomed if h.doomed_version < version else None)),
+                self._hosting.call(h, "status",
+                                   doomed if h.doomed_version < version else None),
                 STATUS_TIMEOUT_SECONDS)
               for h in asked),
             return_exceptions=True,
@@ -255,7 +255,7 @@ class Peeker:
                     handle.critical_errors_seen = result.critical_errors
                     error = result.last_critical_error or "critical error"
                     self.on_critical_error(error, RuntimeError(error))
-            elif isinstance(result, ray.exceptions.RayActorError):
+            elif isinstance(result, self._hosting.lost):
                 if handle not in self._receivers:
                     continue  # retired meanwhile: counted where it was retired
                 log.warning("receiver_died", receiver=handle.receiver_id,
@@ -279,14 +279,14 @@ class Peeker:
         node_id = handle.node_id or (handle.last.node_id if handle.last else None)
         if node_id is None:
             return  # it died before it could take anything
-        if not await asyncio.to_thread(node_alive, node_id):
+        if not await asyncio.to_thread(self._hosting.node_alive, node_id):
             # The whole node went down (a machine lost, its raylet killed): the receiver's
             # connections closed with it and its messages rolled back. Not the messages' fault.
             log.warning("receiver_node_lost", receiver=handle.receiver_id, node=node_id[:12])
             return
         path = handle.ledger or str(ledger_path(handle.receiver_id))
         try:
-            native_ids = await asyncio.wait_for(read_ledger_on_node(node_id, path),
+            native_ids = await asyncio.wait_for(self._hosting.read_ledger(node_id, path),
                                                 LEDGER_READ_TIMEOUT_SECONDS)
         except Exception as exc:  # the node went with it: nothing to count
             log.warning("crash_ledger_unreadable", receiver=handle.receiver_id,
@@ -318,15 +318,16 @@ class Peeker:
         if missing > 0:
             # Even over the live nodes that have the resources asked for (all, unpinned);
             # when none has them, Ray places the receivers when one joins.
-            candidates = await asyncio.to_thread(live_nodes, self.settings.receiver_resources)
+            candidates = await asyncio.to_thread(self._hosting.live_nodes,
+                                                 self.settings.receiver_resources)
             nodes: list[str | None] = list(scaling.spread_over_nodes(
                 candidates, [h.node_id for h in self._receivers], missing))
             nodes += [None] * (missing - len(nodes))
-            new = [launch_receiver(self.config, self.settings, node) for node in nodes]
+            new = [self._hosting.launch(self.config, self.settings, node) for node in nodes]
         if new:
             version, doomed = self._deaths.version, self._deaths.snapshot() or None
             started = await asyncio.gather(
-                *(asyncio.wait_for(await_ref(h.actor.start.remote(doomed)),
+                *(asyncio.wait_for(self._hosting.call(h, "start", doomed),
                                    RECEIVER_START_TIMEOUT_SECONDS) for h in new),
                 return_exceptions=True,
             )
@@ -337,11 +338,11 @@ class Peeker:
                     log.error("receiver_start_failed", receiver=handle.receiver_id,
                               error=f"not started within {RECEIVER_START_TIMEOUT_SECONDS:g} s",
                               resources=self.settings.receiver_resources)
-                    ray.kill(handle.actor, no_restart=True)
+                    self._hosting.kill(handle)
                 elif isinstance(result, BaseException):
                     log.error("receiver_start_failed", error=last_line(result),
                               cause=repr(getattr(result, "cause", None))[:2000])
-                    ray.kill(handle.actor, no_restart=True)
+                    self._hosting.kill(handle)
                 else:
                     handle.node_id, handle.ledger = result["node_id"], result["ledger"]
                     handle.doomed_version = version
@@ -363,13 +364,13 @@ class Peeker:
         await asyncio.gather(*(self._set_allowance(h, t) for h, t in pairs if t > h.allowance))
 
     async def _set_allowance(self, handle: ReceiverHandle, allowance: int) -> None:
-        await await_ref(handle.actor.set_allowance.remote(allowance))
+        await self._hosting.call(handle, "set_allowance", allowance)
         handle.allowance = allowance
 
     async def _wake_idle(self) -> None:
         share = max(1, -(-self._estimate // max(1, len(self._receivers))))
         await asyncio.gather(
-            *(await_ref(h.actor.wake.remote(share)) for h in self._receivers
+            *(self._hosting.call(h, "wake", share) for h in self._receivers
               if h.allowance > 0 and (h.last is None or h.last.slots < h.allowance)),
             return_exceptions=True,
         )
@@ -377,11 +378,11 @@ class Peeker:
     async def _retire(self, handle: ReceiverHandle) -> None:
         final = handle.last
         try:
-            final = await await_ref(handle.actor.drain.remote(self.settings.stop_timeout))
-        except ray.exceptions.RayActorError as exc:
+            final = await self._hosting.call(handle, "drain", self.settings.stop_timeout)
+        except self._hosting.lost as exc:
             await self._count_deaths(handle, last_line(exc))
         self._count_retired(final)
-        ray.kill(handle.actor, no_restart=True)
+        self._hosting.kill(handle)
         log.info("receiver_retired", receiver=handle.receiver_id)
 
     # -- control (Ray calls) ----------------------------------------------------------------
@@ -439,7 +440,7 @@ class Peeker:
 
     def node_id(self) -> str:
         """The Ray node this peeker runs on."""
-        return str(ray.get_runtime_context().get_node_id())
+        return self._hosting.this_node()
 
     async def receiver_pids(self) -> list[int]:
         async with self._lock:  # not while a peek cycle changes the receivers
@@ -459,11 +460,11 @@ class Peeker:
             await self._refresh_statuses()
             timeout = self.settings.stop_timeout
             final = await asyncio.gather(
-                *(await_ref(h.actor.drain.remote(timeout)) for h in self._receivers),
+                *(self._hosting.call(h, "drain", timeout) for h in self._receivers),
                 return_exceptions=True,
             )
             for handle in self._receivers:
-                ray.kill(handle.actor, no_restart=True)
+                self._hosting.kill(handle)
             self._receivers.clear()
         stopped = self._status([s for s in final if isinstance(s, ReceiverStatus)])
         if self._listener is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import uuid
 from collections.abc import Callable
@@ -102,9 +103,15 @@ def loop_name(loop: asyncio.AbstractEventLoop) -> str:
 class Receiver:
     """Plain class; :data:`ReceiverActor` is its Ray actor form."""
 
-    def __init__(self, config: ReceiverConfig) -> None:
+    def __init__(self, config: ReceiverConfig, *, own_process: bool = True) -> None:
+        """``own_process``: the process is this receiver's (a Ray actor's), so its start may
+        tune the garbage collector for it; ``False`` where it shares a process (in process:
+        :mod:`endpoint_runtime.runtime.in_process`)."""
         configure_logging()
         self.config = config
+        self._own_process = own_process
+        self.drained = False
+        """:meth:`drain` ran to its end (its connections are closed)."""
         self._allowance = 0
         self._slots: set[asyncio.Task[None]] = set()
         self._in_flight = 0
@@ -198,7 +205,8 @@ class Receiver:
             receiver_id=self.config.receiver_id, node_id=_node_id())
         await self._counts.clean_up(self._pool)
         # Everything allocated so far lives as long as the process; messages flow from now on.
-        self._collector_thresholds = tune_receiver_process()
+        self._collector_thresholds = (tune_receiver_process() if self._own_process
+                                      else gc.get_threshold())
         self._event_loop = loop_name(asyncio.get_running_loop())
         log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid(),
                  event_loop=self._event_loop)
@@ -295,6 +303,7 @@ class Receiver:
             self._ledger.close()
         if self._telemetry is not None:  # the last spans and metrics leave now
             await self._telemetry.close()
+        self.drained = True
         log.info("receiver_stopped", receiver=self.config.receiver_id)
         return self.status()
 

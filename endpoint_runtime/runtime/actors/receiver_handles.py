@@ -7,7 +7,7 @@ import contextlib
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 import ray
@@ -16,6 +16,7 @@ import yaml  # type: ignore[import-untyped]  # Ray depends on PyYAML; no stubs h
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from endpoint_runtime.runtime.actors import scaling
+from endpoint_runtime.runtime.actors.crash_ledger import read_ledger_on_node
 from endpoint_runtime.runtime.actors.deployment_status import DeploymentConfig
 from endpoint_runtime.runtime.actors.receiver import ReceiverActor, ReceiverConfig, ReceiverStatus
 from endpoint_runtime.settings import EndpointSettings
@@ -38,20 +39,25 @@ class ReceiverHandle(msgspec.Struct, kw_only=True):
     """The version of the doomed ids it has (:class:`DeathCounts`)."""
 
 
+def receiver_config(deployment: DeploymentConfig, settings: EndpointSettings) -> ReceiverConfig:
+    """The configuration of a new receiver of ``deployment``, with an id of its own."""
+    return ReceiverConfig(
+        endpoint_path=deployment.endpoint_path,
+        dsn=deployment.dsn,
+        settings=settings,
+        receiver_id=f"{deployment.endpoint_name}-{uuid.uuid4().hex[:8]}",
+        deployment_id=deployment.deployment_id,  # its committed counts are kept under it
+        otel_environment=deployment.otel_environment,
+    )
+
+
 def launch_receiver(
     deployment: DeploymentConfig, settings: EndpointSettings, node_id: str | None
 ) -> ReceiverHandle:
     """Create a receiver actor of ``deployment`` (not started yet: its ``start`` is the
     caller's), placed on ``node_id`` when given."""
-    receiver_id = f"{deployment.endpoint_name}-{uuid.uuid4().hex[:8]}"
-    config = ReceiverConfig(
-        endpoint_path=deployment.endpoint_path,
-        dsn=deployment.dsn,
-        settings=settings,
-        receiver_id=receiver_id,
-        deployment_id=deployment.deployment_id,  # its committed counts are kept under it
-        otel_environment=deployment.otel_environment,
-    )
+    config = receiver_config(deployment, settings)
+    receiver_id = config.receiver_id
     # Placement: on ``node_id``, the live node (among those with the custom resources asked
     # for, if any) with the fewest receivers; the resources are still requested, so Ray
     # counts them. Hard affinity: Ray's soft affinity moved receivers to other nodes now and
@@ -115,3 +121,67 @@ def last_line(error: BaseException) -> str:
 async def await_ref(object_ref: Any) -> Any:
     """Await a Ray ObjectRef (kept in one place so timeouts wrap a coroutine)."""
     return await object_ref
+
+
+class ReceiverHosting(Protocol):
+    """Where a peeker's receivers run and how it talks to them: Ray actors over the cluster's
+    nodes (:class:`RayReceivers`, every deployment), or plain objects on the peeker's own event
+    loop (:class:`endpoint_runtime.runtime.in_process.InProcessReceivers`)."""
+
+    lost: tuple[type[BaseException], ...]
+    """What a call to a receiver that died raises."""
+
+    def launch(self, deployment: DeploymentConfig, settings: EndpointSettings,
+               node_id: str | None) -> ReceiverHandle:
+        """A new receiver, not started yet (its ``start`` is the caller's)."""
+        ...
+
+    async def call(self, handle: ReceiverHandle, method: str, *args: Any) -> Any:
+        """The receiver's ``method`` with ``args``, awaited."""
+        ...
+
+    def kill(self, handle: ReceiverHandle) -> None:
+        """End the receiver now (after its drain, or when it failed to start)."""
+        ...
+
+    def live_nodes(self, resources: Mapping[str, float] | None) -> list[str]:
+        ...
+
+    def node_alive(self, node_id: str) -> bool:
+        ...
+
+    async def read_ledger(self, node_id: str, path: str) -> list[uuid.UUID]:
+        """The ids a dead receiver's crash ledger holds, read on its node."""
+        ...
+
+    def this_node(self) -> str:
+        """The node the peeker runs on."""
+        ...
+
+
+class RayReceivers:
+    """Receivers as Ray actors, placed over the nodes (:func:`launch_receiver`)."""
+
+    lost: tuple[type[BaseException], ...] = (ray.exceptions.RayActorError,)
+
+    def launch(self, deployment: DeploymentConfig, settings: EndpointSettings,
+               node_id: str | None) -> ReceiverHandle:
+        return launch_receiver(deployment, settings, node_id)
+
+    async def call(self, handle: ReceiverHandle, method: str, *args: Any) -> Any:
+        return await getattr(handle.actor, method).remote(*args)
+
+    def kill(self, handle: ReceiverHandle) -> None:
+        ray.kill(handle.actor, no_restart=True)
+
+    def live_nodes(self, resources: Mapping[str, float] | None) -> list[str]:
+        return live_nodes(resources)
+
+    def node_alive(self, node_id: str) -> bool:
+        return node_alive(node_id)
+
+    async def read_ledger(self, node_id: str, path: str) -> list[uuid.UUID]:
+        return await read_ledger_on_node(node_id, path)
+
+    def this_node(self) -> str:
+        return str(ray.get_runtime_context().get_node_id())
