@@ -55,6 +55,7 @@ from endpoint_runtime.wire.messages import Headers, MessageIntent
 
 if TYPE_CHECKING:
     from endpoint_runtime.runtime.deployment import EndpointDeployment
+    from endpoint_runtime.runtime.in_process import InProcessDeployment
 
 __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     # endpoints and handlers
@@ -72,8 +73,9 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     # steps of one's own (Endpoint.add_step)
     "IncomingContext",
     "Next",
-    # running on Ray
+    # running on Ray, or in process (tests of one's endpoints against PostgreSQL)
     "EndpointDeployment",
+    "InProcessDeployment",
     # sending from outside handlers, routing
     "Sender",
     "RouteTable",
@@ -117,4 +119,8 @@ def __getattr__(name: str) -> Any:
         from endpoint_runtime.runtime.deployment import EndpointDeployment
 
         return EndpointDeployment
+    if name == "InProcessDeployment":
+        from endpoint_runtime.runtime.in_process import InProcessDeployment
+
+        return InProcessDeployment
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

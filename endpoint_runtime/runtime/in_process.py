@@ -21,6 +21,7 @@ running in the process to leave it. Deploy with :class:`EndpointDeployment` for 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import uuid
@@ -30,7 +31,7 @@ from typing import Any, TypeVar
 from endpoint_runtime.runtime.actors.crash_ledger import read_ledger
 from endpoint_runtime.runtime.actors.deployment_status import DeploymentConfig, DeploymentStatus
 from endpoint_runtime.runtime.actors.peeker import Peeker
-from endpoint_runtime.runtime.actors.receiver import Receiver
+from endpoint_runtime.runtime.actors.receiver import LOCAL_NODE, Receiver
 from endpoint_runtime.runtime.actors.receiver_handles import ReceiverHandle, receiver_config
 from endpoint_runtime.runtime.deployment import deployment_config
 from endpoint_runtime.runtime.endpoint import Endpoint
@@ -38,8 +39,6 @@ from endpoint_runtime.settings import EndpointSettings
 
 T = TypeVar("T")
 
-LOCAL_NODE = "local"
-"""The one node of an in-process deployment."""
 
 
 class ReceiverLostError(Exception):
@@ -50,6 +49,7 @@ class InProcessReceivers:
     """Receivers as :class:`Receiver` objects on the peeker's event loop."""
 
     lost: tuple[type[BaseException], ...] = (ReceiverLostError,)
+    own_process = False
 
     def __init__(self) -> None:
         self._ending: set[asyncio.Task[Any]] = set()
@@ -57,8 +57,8 @@ class InProcessReceivers:
     def launch(self, deployment: DeploymentConfig, settings: EndpointSettings,
                node_id: str | None) -> ReceiverHandle:
         config = receiver_config(deployment, settings)
-        return ReceiverHandle(receiver_id=config.receiver_id,
-                              actor=Receiver(config, own_process=False), node_id=LOCAL_NODE)
+        receiver = Receiver(config, own_process=self.own_process)
+        return ReceiverHandle(receiver_id=config.receiver_id, actor=receiver, node_id=LOCAL_NODE)
 
     async def call(self, handle: ReceiverHandle, method: str, *args: Any) -> Any:
         result = getattr(handle.actor, method)(*args)
@@ -116,8 +116,9 @@ class InProcessDeployment:
         try:
             await deployment._run(peeker.start())
         except BaseException:
-            await deployment._run(peeker.stop())
-            await receivers.ended()
+            with contextlib.suppress(Exception):  # the start's own error is the one to see
+                await deployment._run(peeker.stop())
+                await receivers.ended()
             raise
         return deployment
 

@@ -70,11 +70,12 @@ class Peeker:
     """Plain class; :data:`PeekerActor` is its Ray actor form."""
 
     def __init__(self, config: DeploymentConfig, hosting: ReceiverHosting | None = None) -> None:
-        configure_logging()
-        structlog.contextvars.bind_contextvars(endpoint=config.endpoint_name)
-        self.config = config
         self._hosting: ReceiverHosting = hosting or RayReceivers()
         """Where the receivers run: Ray actors, or objects on this loop (tests, in process)."""
+        if self._hosting.own_process:  # in another's process, its logging stays its own
+            configure_logging()
+        structlog.contextvars.bind_contextvars(endpoint=config.endpoint_name)
+        self.config = config
         self.settings = config.settings
         self._receivers: list[ReceiverHandle] = []
         self._estimate = 0

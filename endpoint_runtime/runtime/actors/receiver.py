@@ -44,6 +44,10 @@ GROW_AFTER_SUCCESSES = 3
 """Consecutive successful receives after which a slot starts another slot."""
 
 
+LOCAL_NODE = "local"
+"""The node id of a receiver that runs outside Ray."""
+
+
 class ReceiverConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Everything a receiver needs: plain, picklable values only."""
 
@@ -104,10 +108,12 @@ class Receiver:
     """Plain class; :data:`ReceiverActor` is its Ray actor form."""
 
     def __init__(self, config: ReceiverConfig, *, own_process: bool = True) -> None:
-        """``own_process``: the process is this receiver's (a Ray actor's), so its start may
-        tune the garbage collector for it; ``False`` where it shares a process (in process:
-        :mod:`endpoint_runtime.runtime.in_process`)."""
-        configure_logging()
+        """``own_process``: the process is this receiver's (a Ray actor's), so it configures
+        the process's logging and its start tunes the garbage collector; ``False`` where it
+        shares a process (in process: :mod:`endpoint_runtime.runtime.in_process`), whose
+        settings stay as they are."""
+        if own_process:
+            configure_logging()
         self.config = config
         self._own_process = own_process
         self.drained = False
@@ -424,9 +430,12 @@ def _run_hook(hook: Callable[..., object], *args: object) -> None:
 
 
 def _node_id() -> str:
-    with contextlib.suppress(Exception):
-        return str(ray.get_runtime_context().get_node_id())
-    return "local"
+    """The Ray node of this process; ``local`` outside Ray (in process), where asking Ray's
+    runtime context would start a local Ray."""
+    if ray.is_initialized():
+        with contextlib.suppress(Exception):
+            return str(ray.get_runtime_context().get_node_id())
+    return LOCAL_NODE
 
 
 ReceiverActor = ray.remote(Receiver)

@@ -130,6 +130,9 @@ class ReceiverHosting(Protocol):
 
     lost: tuple[type[BaseException], ...]
     """What a call to a receiver that died raises."""
+    own_process: bool
+    """The peeker and each receiver have a process of their own (so they configure its
+    logging and tune its collector); ``False`` in the caller's process, whose settings stay."""
 
     def launch(self, deployment: DeploymentConfig, settings: EndpointSettings,
                node_id: str | None) -> ReceiverHandle:
@@ -163,6 +166,7 @@ class RayReceivers:
     """Receivers as Ray actors, placed over the nodes (:func:`launch_receiver`)."""
 
     lost: tuple[type[BaseException], ...] = (ray.exceptions.RayActorError,)
+    own_process = True
 
     def launch(self, deployment: DeploymentConfig, settings: EndpointSettings,
                node_id: str | None) -> ReceiverHandle:

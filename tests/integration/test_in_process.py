@@ -1,0 +1,104 @@
+"""An endpoint in process (``InProcessDeployment``): the real peeker and receivers on the test's
+event loop, against the real PostgreSQL, with no Ray started."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+
+import pytest
+import ray
+import structlog
+
+from endpoint_runtime import InProcessDeployment, TransportSettings
+from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.runtime.deployment import deployment_config
+from endpoint_runtime.runtime.in_process import InProcessReceivers
+from tests.e2e.conftest import count, send_batch, wait_for
+from tests.support import counted_endpoints
+from tests.support.counted_endpoints import Count
+
+MODULE = "tests.support.counted_endpoints"
+
+
+async def deployment_connections(transport: PostgresTransport, deployment_id: str) -> int:
+    """The server's backends whose application_name carries the deployment's reservation."""
+    return await count(transport.pool, "SELECT count(*) FROM pg_stat_activity "
+                       "WHERE application_name LIKE '%' || $1 || '%'", deployment_id)
+
+
+async def test_messages_are_handled_and_retried_here_and_the_stop_closes_every_connection(
+    transport: PostgresTransport, database_dsn: str
+) -> None:
+    await transport.pool.execute("CREATE TABLE counted (n integer)")
+    logging, collector = structlog.get_config(), (gc.get_threshold(), gc.get_freeze_count())
+    deployment = await InProcessDeployment.start(
+        f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn, peek_delay=0.2),
+        max_concurrency=4, slots_per_receiver=2)
+    endpoint = counted_endpoints.atomic
+    try:
+        # "flaky" fails its first attempt: a retry, as on Ray, through the same chain.
+        await send_batch(transport, endpoint.name,
+                         [Count(n, "flaky" if n % 4 == 0 else "ok") for n in range(20)])
+
+        async def all_handled() -> bool:
+            return await count(transport.pool, "SELECT count(*) FROM counted") == 20
+
+        await wait_for(all_handled, timeout=30, what="20 rows")
+        # Every receiver the peeker started runs in this process.
+        pids = await deployment.receiver_pids()
+        assert pids
+        assert set(pids) == {os.getpid()}, pids
+        status = await deployment.status(refresh=True)
+        assert status.processed == 20, status
+        assert status.failed == 5, status  # one failed attempt per flaky message
+        assert await deployment_connections(transport, deployment.config.deployment_id) > 0
+    finally:
+        final = await deployment.stop()
+    assert final.processed == 20
+    assert not ray.is_initialized()  # nothing of it started Ray (a node id asked of Ray did)
+    # The process's logging and collector are its own: a receiver configured structlog once
+    # (cached loggers: a later test's capture_logs saw nothing) and froze the collector.
+    assert structlog.get_config() == logging
+    assert (gc.get_threshold(), gc.get_freeze_count()) == collector
+    # Every connection of the peeker and the receivers is closed by the time stop returns.
+    assert await deployment_connections(transport, deployment.config.deployment_id) == 0
+    assert await transport.depth(endpoint.name) == 0
+
+
+async def test_bad_settings_fail_the_start_before_anything_runs(
+    transport: PostgresTransport, database_dsn: str
+) -> None:
+    with pytest.raises(ConfigurationError, match="max_concurrency"):
+        await InProcessDeployment.start(
+            f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn),
+            max_concurrency=0)
+    assert await transport.pool.fetchval(
+        "SELECT to_regclass($1)", counted_endpoints.atomic.address.qualified) is None
+
+
+async def test_a_killed_receiver_closes_its_connections_and_a_stop_leaves_no_task(
+    transport: PostgresTransport, database_dsn: str
+) -> None:
+    """The peeker kills a receiver whose start failed or timed out without draining it: in
+    process, the kill must still close what the receiver opened."""
+    config = await deployment_config(
+        f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn))
+    receivers = InProcessReceivers()
+    handle = receivers.launch(config, config.settings, None)
+    await receivers.call(handle, "start", None)
+    assert await deployment_connections(transport, config.deployment_id) > 0
+    receivers.kill(handle)
+    await receivers.ended()
+    assert await deployment_connections(transport, config.deployment_id) == 0
+
+    deployment = await InProcessDeployment.start(
+        f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn, peek_delay=0.1))
+    assert await deployment.receiver_pids() == [os.getpid()]
+    await deployment.stop()
+    assert await deployment_connections(transport, deployment.config.deployment_id) == 0
+    names = {task.get_coro().__qualname__ for task in asyncio.all_tasks()}  # type: ignore[union-attr]
+    assert not any(name.startswith(("Peeker.", "Receiver.", "RayMetrics.")) for name in names), \
+        names
