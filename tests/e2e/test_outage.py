@@ -85,6 +85,7 @@ async def _handled(dsn: str, key: str) -> bool:
                            key) == 1
 
 
+@pytest.mark.in_process
 async def test_log_mode_resumes_by_itself_when_the_database_returns(
     deployer: Deployer, database_dsn: str
 ) -> None:
@@ -121,6 +122,7 @@ async def test_log_mode_resumes_by_itself_when_the_database_returns(
     assert (await fresh_status(deployment)).critical_error is None
 
 
+@pytest.mark.in_process
 async def test_stop_mode_halts_and_status_shows_it_with_a_live_estimate(
     deployer: Deployer, database_dsn: str
 ) -> None:
