@@ -26,6 +26,7 @@ from endpoint_runtime.chain.routing import RouteTable
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.errors import (
     ConfigurationError,
+    ConnectionLostError,
     DiscardMessage,
     EndpointRuntimeError,
     HandlerReturnError,
@@ -94,6 +95,7 @@ __all__ = [  # noqa: RUF022 - grouped by topic, not sorted
     # errors
     "EndpointRuntimeError",
     "ConfigurationError",
+    "ConnectionLostError",
     "HandlerReturnError",
     "MessageDecodeError",
     "QueueNotFoundError",

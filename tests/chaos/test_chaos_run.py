@@ -50,6 +50,10 @@ def test_every_message_is_accounted_for(chaos_result: dict[str, Any], mode: str)
     why = {key: result.get(key) for key in ("failed_checks", "twice_ids", "untraced_lost_ids",
                                             "mismatches", "duplicate_ids", "in_both",
                                             "handled_then_cut")}
+    if result["failed_checks"] != expected_failures:
+        # pytest cuts a long assertion message short under -q (CI): the whole of it goes to
+        # the captured output, which a failed test's report prints in full.
+        print(json.dumps(why), json.dumps(result), chaos_result["stderr_tail"], sep="\n")
     assert result["failed_checks"] == expected_failures, (
         json.dumps(why), result, chaos_result["stderr_tail"])
     assert result["sent"] == MESSAGES + POISON_PER_KIND * len(PoisonKind), result

@@ -140,9 +140,14 @@ class LocalCluster:
                                f"{result.stderr[-3000:]}")
 
     def start(self) -> None:
+        """The head, then each worker node, a worker's start tried again as in
+        :meth:`restart_node` (a clean clone's CI saw a first ``ray start`` of node 1 time out,
+        'The current node timed out during startup', on a loaded machine: every cluster test
+        then errored)."""
         try:
-            for index in range(len(self.node_resources)):
-                self._start_node(index)
+            self._start_node(0)
+            for index in range(1, len(self.node_resources)):
+                self.restart_node(index)
         except BaseException:
             self.shutdown()
             raise

@@ -18,7 +18,6 @@ from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.chain.sagas.storage import SagaTable
 from endpoint_runtime.chain.subscriptions import subscription_store
 from endpoint_runtime.connections.connecting import PostgresTransport
-from endpoint_runtime.runtime.actors.cluster import ensure_ray
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.wire.messages import Headers
 from tests.console.browser import browser, screenshot
@@ -71,12 +70,12 @@ async def _subscriptions_and_sagas(transport: PostgresTransport) -> None:
                                saga_type_version="1", correlation_value=order)
 
 
-@pytest.mark.ray
 async def test_retry_a_group_produced_by_a_real_endpoint(
     shop: PostgresTransport, console: Console, browser: BrowserContext, database_dsn: str
 ) -> None:
-    ensure_ray()
-    deployer = Deployer(database_dsn)
+    # The endpoint in process: the console reads what it wrote (its failures, its heartbeats),
+    # nothing of Ray.
+    deployer = Deployer(database_dsn, in_process=True)
     try:
         await deployer.start("switched", module=MODULE)
         conversation = "order-conversation-1"

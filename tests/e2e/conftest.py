@@ -61,9 +61,15 @@ def template_database(server_dsn: str) -> Iterator[str]:
         yield name
 
 
+METRICS_REPORT_MS = "1000"
+"""How often the session's Ray workers hand their metrics to the node's exporter (Ray's default,
+10 s, is most of what a test of the Prometheus export would wait)."""
+
+
 @pytest.fixture(scope="session", autouse=True)
 def ray_session() -> Iterator[None]:
     """One local Ray for every e2e test of the session."""
+    os.environ.setdefault("RAY_metrics_report_interval_ms", METRICS_REPORT_MS)
     ensure_ray()
     yield
     ray.shutdown()

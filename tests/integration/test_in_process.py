@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
+import subprocess
+import sys
 
 import pytest
-import ray
 import structlog
 
 from endpoint_runtime import InProcessDeployment, TransportSettings
@@ -58,7 +59,6 @@ async def test_messages_are_handled_and_retried_here_and_the_stop_closes_every_c
     finally:
         final = await deployment.stop()
     assert final.processed == 20
-    assert not ray.is_initialized()  # nothing of it started Ray (a node id asked of Ray did)
     # The process's logging and collector are its own: a receiver configured structlog once
     # (cached loggers: a later test's capture_logs saw nothing) and froze the collector.
     assert structlog.get_config() == logging
@@ -102,3 +102,28 @@ async def test_a_killed_receiver_closes_its_connections_and_a_stop_leaves_no_tas
     names = {task.get_coro().__qualname__ for task in asyncio.all_tasks()}  # type: ignore[union-attr]
     assert not any(name.startswith(("Peeker.", "Receiver.", "RayMetrics.")) for name in names), \
         names
+
+
+STARTS_NO_RAY = """
+import asyncio, sys
+import ray
+from endpoint_runtime import InProcessDeployment, TransportSettings
+
+async def main():
+    deployment = await InProcessDeployment.start(
+        "tests.support.counted_endpoints:atomic", transport=TransportSettings(dsn=sys.argv[1]))
+    status = await deployment.status(refresh=True)
+    await deployment.stop()
+    print(ray.is_initialized(), [r.node_id for r in status.receivers])
+
+asyncio.run(main())
+"""
+
+
+def test_an_endpoint_in_process_starts_no_ray(database_dsn: str) -> None:
+    """In a process of its own (a test process may have started Ray for other tests): a
+    receiver asked Ray's runtime context for its node id, which started a local Ray."""
+    done = subprocess.run([sys.executable, "-c", STARTS_NO_RAY, database_dsn],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "False ['local']", done.stdout[-3000:]
