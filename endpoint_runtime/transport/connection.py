@@ -50,8 +50,12 @@ def is_lost(connection: DatabaseConnection) -> bool:
         return True
 
 
-LOSS_SETTLE_SECONDS = 0.5
-"""How long :func:`found_lost` watches for a connection's loss after a client-state error."""
+LOSS_SETTLE_SECONDS = 2.0
+"""How long :func:`found_lost` watches for a connection's loss after a client-state error. Only
+such an error pays it, and only when the connection stays open (a handler's own misuse of its
+connection, charged after the wait); a loss is found as soon as asyncpg reads the end of the
+socket, which on a loaded machine can come well after the server's FATAL message (the backend
+still exiting), so the margin is generous."""
 
 
 async def found_lost(*connections: DatabaseConnection | None,
