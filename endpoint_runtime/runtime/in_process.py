@@ -15,7 +15,8 @@ What needs separate processes is not here: a receiver cannot die alone (its proc
 caller's), so the crash ledger never counts a death; receivers share one event loop, one
 garbage collector (untuned: see :mod:`endpoint_runtime.runtime.collector`) and one node;
 ``peeker_resources`` and ``receiver_resources`` are not placed. Ray's metrics export needs Ray
-running in the process to leave it. Deploy with :class:`EndpointDeployment` for all of that.
+running in the process to leave it; ``tracing=True`` is refused (the tracer provider is one per
+process: the host's). Deploy with :class:`EndpointDeployment` for all of that.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ import uuid
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
+import structlog
+
+from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.runtime.actors.crash_ledger import read_ledger
 from endpoint_runtime.runtime.actors.deployment_status import DeploymentConfig, DeploymentStatus
 from endpoint_runtime.runtime.actors.peeker import Peeker
@@ -39,6 +43,18 @@ from endpoint_runtime.settings import EndpointSettings
 
 T = TypeVar("T")
 
+log = structlog.get_logger("endpoint_runtime.in_process")
+
+
+
+async def _in_process_settings(settings: EndpointSettings) -> None:
+    """What an endpoint in process cannot do: tracing installs and, at its stop, shuts down
+    the process's one OpenTelemetry tracer provider, which is the host's."""
+    if settings.tracing:
+        raise ConfigurationError(
+            "tracing=True needs processes of the endpoint's own (OpenTelemetry's tracer "
+            "provider is one per process): deploy on Ray (EndpointDeployment), or turn "
+            "tracing off for the deployment in process (tracing=False)")
 
 
 class ReceiverLostError(Exception):
@@ -52,12 +68,17 @@ class InProcessReceivers:
     own_process = False
 
     def __init__(self) -> None:
-        self._ending: set[asyncio.Task[Any]] = set()
+        self._launched: list[Receiver] = []
+        """Every receiver launched: one whose start was cut short (a cancelled cycle) is in
+        no list of the peeker's, and :meth:`ended` still closes it."""
+        self._ending: set[asyncio.Task[None]] = set()
 
     def launch(self, deployment: DeploymentConfig, settings: EndpointSettings,
                node_id: str | None) -> ReceiverHandle:
         config = receiver_config(deployment, settings)
         receiver = Receiver(config, own_process=self.own_process)
+        self._launched = [r for r in self._launched if not r.drained]
+        self._launched.append(receiver)
         return ReceiverHandle(receiver_id=config.receiver_id, actor=receiver, node_id=LOCAL_NODE)
 
     async def call(self, handle: ReceiverHandle, method: str, *args: Any) -> Any:
@@ -66,9 +87,13 @@ class InProcessReceivers:
 
     def kill(self, handle: ReceiverHandle) -> None:
         """A receiver that did not drain (its start failed) closes what it opened."""
-        receiver: Receiver = handle.actor
-        if not receiver.drained:
-            task = asyncio.get_running_loop().create_task(receiver.drain(0.0))
+        self._close(handle.actor)
+
+    def _close(self, receiver: Receiver) -> None:
+        if not receiver.drained and not any(t.get_name() == receiver.config.receiver_id
+                                            for t in self._ending):
+            task = asyncio.get_running_loop().create_task(
+                _closed(receiver), name=receiver.config.receiver_id)
             self._ending.add(task)
             task.add_done_callback(self._ending.discard)
 
@@ -85,8 +110,21 @@ class InProcessReceivers:
         return LOCAL_NODE
 
     async def ended(self) -> None:
-        """Wait for the receivers :meth:`kill` is closing."""
-        await asyncio.gather(*self._ending, return_exceptions=True)
+        """Close every receiver not drained yet and wait until all are closed."""
+        for receiver in self._launched:
+            self._close(receiver)
+        await asyncio.gather(*self._ending)
+        self._launched = [r for r in self._launched if not r.drained]
+
+
+async def _closed(receiver: Receiver) -> None:
+    """Drain ``receiver`` at once; a receiver whose start failed early (no chain yet) still
+    closes what it opened, and the failure is logged rather than left in a task."""
+    try:
+        await receiver.drain(0.0)
+    except Exception as exc:
+        log.warning("receiver_close_failed", receiver=receiver.config.receiver_id,
+                    error=f"{type(exc).__name__}: {exc}"[:500])
 
 
 class InProcessDeployment:
@@ -107,7 +145,8 @@ class InProcessDeployment:
         """Create the endpoint's queues and tables, as :meth:`EndpointDeployment.start` does,
         then start its peeker here, which starts its receivers here. ``endpoint``: an Endpoint
         or its ``module:attribute`` path; ``overrides``: settings for this deployment."""
-        config = await deployment_config(endpoint, settings, prepared=prepared, **overrides)
+        config = await deployment_config(endpoint, settings, prepared=prepared,
+                                         before_budget=_in_process_settings, **overrides)
         receivers = InProcessReceivers()
         # A context of its own: the peeker and receivers bind log fields, not in the caller's.
         context = contextvars.copy_context()
@@ -116,8 +155,10 @@ class InProcessDeployment:
         try:
             await deployment._run(peeker.start())
         except BaseException:
-            with contextlib.suppress(Exception):  # the start's own error is the one to see
-                await deployment._run(peeker.stop())
+            try:
+                with contextlib.suppress(Exception):  # the start's own error is the one to see
+                    await deployment._run(peeker.stop())
+            finally:
                 await receivers.ended()
             raise
         return deployment

@@ -1,4 +1,4 @@
-"""An endpoint's business tables at a deployment's start, on Ray and PostgreSQL: with
+"""An endpoint's business tables at a deployment's start (in process) on PostgreSQL: with
 installers the start creates them (twice without harm, rows kept) and the handlers write
 them; without installers the start runs no DDL and names each missing business table, and
 once they are installed the same start succeeds and the handlers write them."""

@@ -12,19 +12,18 @@ from collections.abc import AsyncIterator
 import asyncpg
 import pytest
 
-from endpoint_runtime import Endpoint, TransportSettings
+from endpoint_runtime import Endpoint, EndpointDeployment, TransportSettings
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.database.installation import EndpointTables, install
 from endpoint_runtime.database.privileges import endpoint_grants
 from endpoint_runtime.errors import ConfigurationError
-from endpoint_runtime.runtime.in_process import InProcessDeployment
 from tests.e2e.conftest import PEEK_DELAY, STOP_TIMEOUT, count, wait_for
 from tests.support import least_privilege_endpoints
 from tests.support.least_privilege_endpoints import BILLING, BUSINESS_TABLE, PlaceOrder
 from tests.support.roles import Role, login_role
 
-pytestmark = pytest.mark.in_process
+pytestmark = pytest.mark.ray
 
 ENDPOINTS = {"atomic": least_privilege_endpoints.atomic,
              "outbox": least_privilege_endpoints.with_outbox}
@@ -78,8 +77,8 @@ async def grant(transport: PostgresTransport, endpoint: Endpoint, role: Role) ->
     return statements
 
 
-async def deploy(endpoint: Endpoint, role: Role, *, installers: bool) -> InProcessDeployment:
-    return await InProcessDeployment.start(
+async def deploy(endpoint: Endpoint, role: Role, *, installers: bool) -> EndpointDeployment:
+    return await EndpointDeployment.start(
         endpoint, stop_timeout=STOP_TIMEOUT,
         transport=TransportSettings(dsn=role.dsn, peek_delay=PEEK_DELAY, installers=installers))
 

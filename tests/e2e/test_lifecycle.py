@@ -141,7 +141,7 @@ async def test_listen_wakes_an_idle_endpoint_long_before_the_peek_delay(
             return await transport.pool.fetchval("SELECT at FROM handled WHERE n = $1", n)
 
         # Latency by the database's clock (send to handler), not the time this test's
-        # polling through Ray takes.
+        # polling takes.
         handled_at = await wait_for(row, timeout=peek_delay * 2, interval=0.01,
                                     what=f"message {n} handled")
         latencies.append((handled_at - sent_at).total_seconds())

@@ -1,6 +1,7 @@
-"""Publish/subscribe, audit and ingestion through Ray: deployments subscribe at start, a
-published event reaches each subscriber's deployment, and the ingestion endpoint turns the
-audit copies and the error queue into audit_log and error_log rows."""
+"""Publish/subscribe, audit and ingestion through deployments (in process): deployments
+subscribe at start, a published event reaches each subscriber's deployment, and the
+ingestion endpoint turns the audit copies and the error queue into audit_log and error_log
+rows."""
 
 from __future__ import annotations
 

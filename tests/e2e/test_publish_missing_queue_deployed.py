@@ -1,4 +1,4 @@
-"""A deployed publisher (on Ray) with a subscriber whose queue table does not exist: every
+"""A deployed publisher (in process) with a subscriber whose queue table does not exist: every
 event reaches the other subscribers exactly once, each undeliverable copy waits in the error
 queue, and no message fails (black-box: endpoints, queues and SQL only)."""
 

@@ -1,4 +1,5 @@
-"""Recoverability and delayed delivery end to end: Ray actors, a real PostgreSQL."""
+"""Recoverability and delayed delivery end to end: a deployment's peeker and receivers (in
+process, on the test's event loop) and a real PostgreSQL."""
 
 from __future__ import annotations
 

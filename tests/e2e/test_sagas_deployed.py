@@ -1,7 +1,7 @@
-"""Sagas deployed on Ray, several receivers competing: concurrent starters with one
-correlation value make one instance; concurrent updates of one instance lose nothing
-(optimistic: conflicts retried; pessimistic: serialized by the row lock, no conflict); a
-timeout requested before a restart fires after it."""
+"""Sagas deployed (in process), several receivers competing on their own connections:
+concurrent starters with one correlation value make one instance; concurrent updates of one
+instance lose nothing (optimistic: conflicts retried; pessimistic: serialized by the row
+lock, no conflict); a timeout requested before a restart fires after it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Commands and events through a deployed endpoint (Ray + PostgreSQL): subscriptions at start
+"""Commands and events through a deployed endpoint (in process, PostgreSQL): subscriptions at start
 are events (and plain messages) only, stored command subscriptions are pruned, a handler's
 publish of a command is refused, and a published event carries the incoming CorrelationId."""
 

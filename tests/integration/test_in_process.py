@@ -9,12 +9,15 @@ import os
 import subprocess
 import sys
 
+import msgspec
 import pytest
 import structlog
 
+import endpoint_runtime
 from endpoint_runtime import InProcessDeployment, TransportSettings
 from endpoint_runtime.connections.connecting import PostgresTransport
-from endpoint_runtime.errors import ConfigurationError
+from endpoint_runtime.connections.embedded import with_database
+from endpoint_runtime.errors import ConfigurationError, DatabaseUnavailableError
 from endpoint_runtime.runtime.deployment import deployment_config
 from endpoint_runtime.runtime.in_process import InProcessReceivers
 from tests.e2e.conftest import count, send_batch, wait_for
@@ -99,9 +102,59 @@ async def test_a_killed_receiver_closes_its_connections_and_a_stop_leaves_no_tas
     assert await deployment.receiver_pids() == [os.getpid()]
     await deployment.stop()
     assert await deployment_connections(transport, deployment.config.deployment_id) == 0
-    names = {task.get_coro().__qualname__ for task in asyncio.all_tasks()}  # type: ignore[union-attr]
-    assert not any(name.startswith(("Peeker.", "Receiver.", "RayMetrics.")) for name in names), \
-        names
+    assert not runtime_tasks()
+
+
+def runtime_tasks() -> list[str]:
+    """The tasks on this loop whose coroutine is the runtime's code (a peeker's loop, a slot,
+    a listener, the mover, a flush), by name."""
+    package = os.path.dirname(endpoint_runtime.__file__)
+    return [task.get_coro().__qualname__  # type: ignore[union-attr]
+            for task in asyncio.all_tasks()
+            if getattr(task.get_coro(), "cr_code", None) is not None
+            and task.get_coro().cr_code.co_filename.startswith(package)]  # type: ignore[union-attr]
+
+
+async def test_a_receiver_whose_start_failed_is_closed_without_an_error_left_behind(
+    transport: PostgresTransport, database_dsn: str
+) -> None:
+    """Its start failed before the chain existed (no database by that name): the kill's
+    drain still ends, with nothing open and no exception left unretrieved in a task."""
+    config = await deployment_config(
+        f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn))
+    broken = msgspec.structs.replace(config, dsn=with_database(database_dsn, "er_no_such_db"))
+    receivers = InProcessReceivers()
+    handle = receivers.launch(broken, broken.settings, None)
+    with pytest.raises(DatabaseUnavailableError, match="er_no_such_db"):
+        await receivers.call(handle, "start", None)
+    receivers.kill(handle)
+    await receivers.ended()
+    assert handle.actor.drained  # closed, though its status has no chain to report
+    assert not runtime_tasks()
+
+
+async def test_receivers_a_cancelled_start_left_out_are_closed_at_the_end(
+    transport: PostgresTransport, database_dsn: str
+) -> None:
+    """A receiver launched and started, then left in no list of the peeker's (its cycle was
+    cancelled while it started): the hosting's end still closes it."""
+    config = await deployment_config(
+        f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn))
+    receivers = InProcessReceivers()
+    handle = receivers.launch(config, config.settings, None)
+    await receivers.call(handle, "start", None)
+    assert await deployment_connections(transport, config.deployment_id) > 0
+    await receivers.ended()  # no kill: only the hosting knows of it
+    assert handle.actor.drained
+    assert await deployment_connections(transport, config.deployment_id) == 0
+
+
+async def test_tracing_is_refused_in_process(database_dsn: str) -> None:
+    """The tracer provider is the host process's own: an endpoint in process may not install
+    it (nor shut it down at its stop)."""
+    with pytest.raises(ConfigurationError, match="tracing=True needs processes"):
+        await InProcessDeployment.start(
+            f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn), tracing=True)
 
 
 STARTS_NO_RAY = """

@@ -144,6 +144,10 @@ class Receiver:
         (:class:`endpoint_runtime.chain.tracing.setup.Telemetry`)."""
         self._counts: ReceiverCounts | None = None
 
+    def _node_id(self) -> str:
+        """The Ray node of this receiver's process; ``local`` for one in another's process."""
+        return _node_id() if self._own_process else LOCAL_NODE
+
     def _breaker(self, name: str) -> CircuitBreaker:
         settings = self.config.settings
         return CircuitBreaker(
@@ -208,7 +212,7 @@ class Receiver:
         self._strategy = endpoint.create_strategy(self._pipeline, self._pool, settings)
         self._counts = ReceiverCounts(
             counts_table(endpoint.address), deployment_id=self.config.deployment_id,
-            receiver_id=self.config.receiver_id, node_id=_node_id())
+            receiver_id=self.config.receiver_id, node_id=self._node_id())
         await self._counts.clean_up(self._pool)
         # Everything allocated so far lives as long as the process; messages flow from now on.
         self._collector_thresholds = (tune_receiver_process() if self._own_process
@@ -216,7 +220,7 @@ class Receiver:
         self._event_loop = loop_name(asyncio.get_running_loop())
         log.info("receiver_started", receiver=self.config.receiver_id, pid=os.getpid(),
                  event_loop=self._event_loop)
-        return {"pid": os.getpid(), "node_id": _node_id(), "ledger": str(self._ledger.path)}
+        return {"pid": os.getpid(), "node_id": self._node_id(), "ledger": str(self._ledger.path)}
 
     def _guard_store(self, store: DelayedMessageStore) -> DelayedMessageStore:
         """The delayed store behind a circuit breaker of its own (a critical error when it
@@ -263,7 +267,7 @@ class Receiver:
         return ReceiverStatus(
             receiver_id=self.config.receiver_id,
             pid=os.getpid(),
-            node_id=_node_id(),
+            node_id=self._node_id(),
             allowance=self._allowance,
             slots=len(self._slots),
             in_flight=self._in_flight,
