@@ -18,6 +18,8 @@ from endpoint_runtime import InProcessDeployment, TransportSettings
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.connections.embedded import with_database
 from endpoint_runtime.errors import ConfigurationError, DatabaseUnavailableError
+from endpoint_runtime.runtime.actors.deployment_status import DeploymentConfig
+from endpoint_runtime.runtime.actors.receiver_handles import ReceiverHandle
 from endpoint_runtime.runtime.deployment import deployment_config
 from endpoint_runtime.runtime.in_process import InProcessReceivers
 from tests.e2e.conftest import count, send_batch, wait_for
@@ -31,6 +33,20 @@ async def deployment_connections(transport: PostgresTransport, deployment_id: st
     """The server's backends whose application_name carries the deployment's reservation."""
     return await count(transport.pool, "SELECT count(*) FROM pg_stat_activity "
                        "WHERE application_name LIKE '%' || $1 || '%'", deployment_id)
+
+
+async def started_receiver(
+    transport: PostgresTransport, database_dsn: str
+) -> tuple[InProcessReceivers, ReceiverHandle, DeploymentConfig]:
+    """One receiver of the atomic endpoint, launched and started by a hosting of its own (no
+    peeker), its connections open."""
+    config = await deployment_config(
+        f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn))
+    receivers = InProcessReceivers()
+    handle = receivers.launch(config, config.settings, None)
+    await receivers.call(handle, "start", None)
+    assert await deployment_connections(transport, config.deployment_id) > 0
+    return receivers, handle, config
 
 
 async def test_messages_are_handled_and_retried_here_and_the_stop_closes_every_connection(
@@ -87,12 +103,7 @@ async def test_a_killed_receiver_closes_its_connections_and_a_stop_leaves_no_tas
 ) -> None:
     """The peeker kills a receiver whose start failed or timed out without draining it: in
     process, the kill must still close what the receiver opened."""
-    config = await deployment_config(
-        f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn))
-    receivers = InProcessReceivers()
-    handle = receivers.launch(config, config.settings, None)
-    await receivers.call(handle, "start", None)
-    assert await deployment_connections(transport, config.deployment_id) > 0
+    receivers, handle, config = await started_receiver(transport, database_dsn)
     receivers.kill(handle)
     await receivers.ended()
     assert await deployment_connections(transport, config.deployment_id) == 0
@@ -138,12 +149,7 @@ async def test_receivers_a_cancelled_start_left_out_are_closed_at_the_end(
 ) -> None:
     """A receiver launched and started, then left in no list of the peeker's (its cycle was
     cancelled while it started): the hosting's end still closes it."""
-    config = await deployment_config(
-        f"{MODULE}:atomic", transport=TransportSettings(dsn=database_dsn))
-    receivers = InProcessReceivers()
-    handle = receivers.launch(config, config.settings, None)
-    await receivers.call(handle, "start", None)
-    assert await deployment_connections(transport, config.deployment_id) > 0
+    receivers, handle, config = await started_receiver(transport, database_dsn)
     await receivers.ended()  # no kill: only the hosting knows of it
     assert handle.actor.drained
     assert await deployment_connections(transport, config.deployment_id) == 0
