@@ -71,7 +71,8 @@ class InProcessReceivers:
         self._launched: list[Receiver] = []
         """Every receiver launched: one whose start was cut short (a cancelled cycle) is in
         no list of the peeker's, and :meth:`ended` still closes it."""
-        self._ending: set[asyncio.Task[None]] = set()
+        self._closing: dict[str, asyncio.Task[None]] = {}
+        """The closes under way, by receiver id."""
 
     def launch(self, deployment: DeploymentConfig, settings: EndpointSettings,
                node_id: str | None) -> ReceiverHandle:
@@ -90,12 +91,11 @@ class InProcessReceivers:
         self._close(handle.actor)
 
     def _close(self, receiver: Receiver) -> None:
-        if not receiver.drained and not any(t.get_name() == receiver.config.receiver_id
-                                            for t in self._ending):
-            task = asyncio.get_running_loop().create_task(
-                _closed(receiver), name=receiver.config.receiver_id)
-            self._ending.add(task)
-            task.add_done_callback(self._ending.discard)
+        receiver_id = receiver.config.receiver_id
+        if not receiver.drained and receiver_id not in self._closing:
+            task = asyncio.get_running_loop().create_task(_closed(receiver))
+            self._closing[receiver_id] = task
+            task.add_done_callback(lambda _: self._closing.pop(receiver_id, None))
 
     def live_nodes(self, resources: Mapping[str, float] | None) -> list[str]:
         return [LOCAL_NODE]
@@ -113,7 +113,7 @@ class InProcessReceivers:
         """Close every receiver not drained yet and wait until all are closed."""
         for receiver in self._launched:
             self._close(receiver)
-        await asyncio.gather(*self._ending)
+        await asyncio.gather(*self._closing.values())
         self._launched = [r for r in self._launched if not r.drained]
 
 
