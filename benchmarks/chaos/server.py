@@ -4,7 +4,7 @@ The chaos run restarts its database and terminates its backends, so it never use
 anyone else does: it starts one from the ``pgserver`` wheel's binaries (``initdb``,
 ``pg_ctl``), stops only that one (``pg_ctl -D <its directory>``), and removes its files at the
 end. As root, PostgreSQL runs as the wheel's ``pgserver`` system user (``initdb`` refuses
-root), as the embedded server does.
+root), as the embedded server does; the user is created (``useradd``) if it is missing.
 
 That user must be able to run the wheel's binaries, and it cannot when the virtualenv lives
 under a directory closed to other users (a virtualenv in ``/root``, mode 0700): ``initdb``
@@ -16,13 +16,13 @@ into the run's own temporary directory, which that user owns, and runs them from
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 import pgserver
+from pgserver.utils import ensure_user_exists
 
 from benchmarks.common import progress
 
@@ -73,7 +73,10 @@ class ChaosServer:
 
     def _initialize(self) -> None:
         if os.geteuid() == 0:
-            account = pwd.getpwnam(SYSTEM_USER)
+            # The wheel's own helper (useradd when missing): this server may be the first
+            # the machine starts, before the embedded one has created that user.
+            account = ensure_user_exists(SYSTEM_USER)
+            assert account is not None
             os.chown(self.directory, account.pw_uid, account.pw_gid)
             binaries = self.binaries
             if not _can_run(binaries / "initdb", SYSTEM_USER):

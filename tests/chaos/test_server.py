@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import shutil
+import subprocess
 from pathlib import Path
 
 import asyncpg
@@ -64,3 +66,21 @@ def test_a_server_that_cannot_start_leaves_no_directory(
     with pytest.raises(OSError, match="no-such-installation"):
         server.ChaosServer.create(free_port())
     assert not directory.exists()
+
+
+@AS_ROOT
+def test_a_root_run_creates_the_system_user_when_no_server_ran_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a fresh machine the chaos server (or the e2e suite's TCP server, the same class) may
+    be the first PostgreSQL started: its system user does not exist yet. It once assumed
+    the embedded server had created it and failed with ``KeyError: getpwnam()``."""
+    user = f"er-test-{os.getpid()}"
+    monkeypatch.setattr(server, "SYSTEM_USER", user)
+    chaos_server = None
+    try:
+        chaos_server = server.ChaosServer.create(free_port())
+        assert pwd.getpwnam(user).pw_uid == chaos_server.directory.stat().st_uid
+    finally:
+        if chaos_server is not None:
+            chaos_server.destroy()
+        subprocess.run(["userdel", "--remove", user], capture_output=True, check=False)
