@@ -237,12 +237,14 @@ async def wait_for_status(
     *,
     timeout: float,  # noqa: ASYNC109 - passed on to wait_for
     what: str,
+    fresh: bool = False,
 ) -> DeploymentStatus:
-    """Wait until the peeker's status (refreshed at each peek cycle) satisfies ``predicate``."""
+    """Wait until the peeker's status (refreshed at each peek cycle; ``fresh``: asked of every
+    receiver at each look, for a long peek delay) satisfies ``predicate``."""
     last: list[DeploymentStatus] = []
 
     async def satisfied() -> bool:
-        status = await deployment.status()
+        status = await (fresh_status(deployment) if fresh else deployment.status())
         last[:] = [status]
         return predicate(status)
 

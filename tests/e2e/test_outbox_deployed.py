@@ -29,6 +29,8 @@ from tests.support.recoverability_endpoints import HELD_PAY_LOCK, Pay
 pytestmark = pytest.mark.ray
 MODULE = "tests.support.recoverability_endpoints"
 HOLD_KEY = 4242
+PEEK_DELAY_WITHOUT_RACES = 5.0
+"""Few peeks while a test's first messages are received (see the kill test below)."""
 HOLD_PAID_EVENTS = """
     CREATE FUNCTION hold_paid_events() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
@@ -127,35 +129,62 @@ async def test_killed_between_commit_and_dispatch_dispatches_on_redelivery(
     assert (await fresh_status(deployment)).replaced_receivers >= 1
 
 
+@pytest.mark.parametrize("peek_meets_b", [False, True], ids=["in-order", "peek-meets-b"])
 async def test_a_receiver_killed_while_acks_wait_repeats_no_effect(
-    database_dsn: str, deployer: Deployer
+    database_dsn: str, deployer: Deployer, peek_meets_b: bool
 ) -> None:
     """``receipts`` commits acks in groups of 3. One slot handles "a" and "b" (their acks
     wait) and then blocks in "held"'s business transaction; the kill rolls back both waiting
     acks. "a" and "b" come again, are recognised as duplicates and acked: each business row
-    is written once and each outgoing message sent once."""
+    is written once and each outgoing message sent once.
+
+    Receives take the lowest row that is not locked, and the peeker's peek locks the lowest
+    one for a moment (FOR UPDATE SKIP LOCKED, the original's statement): a receive that meets
+    a peek takes the next row, so "b" (rarely "a") may come only after "held". What the slot
+    handled before "held" is therefore read from the database before the kill, not assumed
+    (a clean clone's CI once saw only "a" handled, and one duplicate). A peek delay of 5 s
+    makes such a meeting rare (the e2e tests' usual 0.2 s peeks 25 times as often), and at
+    least one waiting ack is needed for the test to check what it claims. "c" and "d" are
+    sent after the kill. ``peek-meets-b`` makes that meeting certain: the test holds "b"'s
+    row locked, as a peek does for a moment, until "held" waits; "a" alone waits then, and "b"
+    is handled after the kill as a first delivery."""
     async with PostgresTransport.connect(TransportSettings(dsn=database_dsn)) as db:
         await create_queues(db, "receipts", "ledger", "handler_runs", "error")
         await db.pool.execute("CREATE TABLE paid_invoices (invoice text)")
         invoices = ["a", "b", "held", "c", "d"]
-        for invoice in invoices:
+        for invoice in invoices[:3]:
             await db.send("receipts", create_outgoing(PayInvoice(invoice)))
-        async with db.pool.acquire() as holder:
+        async with db.pool.acquire() as holder, db.pool.acquire() as peek:
             await holder.execute("SELECT pg_advisory_lock($1)", HELD_INVOICE_LOCK)
+            if peek_meets_b:
+                # (Rows skipped by an OFFSET under FOR UPDATE are locked too: not that.)
+                await peek.execute("BEGIN; SELECT seq FROM receipts WHERE seq = (SELECT seq "
+                                   "FROM receipts ORDER BY seq OFFSET 1 LIMIT 1) FOR UPDATE")
             deployment = await deployer.start(
-                "receipts", module="tests.support.outbox_endpoints", max_concurrency=1)
+                "receipts", module="tests.support.outbox_endpoints", max_concurrency=1,
+                peek_delay=PEEK_DELAY_WITHOUT_RACES)
             await wait_for(lambda: db.pool.fetch(WAITING_FOR_HOLD, HELD_INVOICE_LOCK),
                            timeout=30, what='"held" to wait for the lock')
-            # "a" and "b" are dispatched at most once so far, nothing after them; usually both
-            # went on the business connection right after their commits, but under load a
-            # dispatch may fall back to the receive transaction (it then rolls back with the
-            # kill and the redelivery dispatches it): once in every case, checked at the end.
-            # A clean clone's CI once saw 1 here.
-            assert await db.depth("ledger") <= 2
-            assert await db.depth("receipts") == 5  # ... and none acked
+            if peek_meets_b:
+                await peek.execute("ROLLBACK")
+            # The messages whose business work committed before "held": their acks wait.
+            waiting = [row["invoice"] for row in await db.pool.fetch(
+                "SELECT invoice FROM paid_invoices ORDER BY invoice")]
+            if peek_meets_b:
+                assert waiting == ["a"]
+            assert set(waiting) <= {"a", "b"}, waiting
+            assert waiting, "no ack waited: both receives met a peek (rare; see above)"
+            # Each dispatched with its business commit (a dispatch that fell back to the
+            # receive transaction would have committed the group's acks at once) ...
+            assert await db.depth("ledger") == len(waiting)
+            assert await db.depth("receipts") == 3  # ... and none acked
             [pid] = await deployment.receiver_pids()
             os.kill(pid, signal.SIGKILL)
             await holder.execute("SELECT pg_advisory_unlock($1)", HELD_INVOICE_LOCK)
+        # Sent now, their NOTIFY wakes the peeker at once: it finds the receiver dead and
+        # replaces it without waiting out its long peek delay.
+        for invoice in invoices[3:]:
+            await db.send("receipts", create_outgoing(PayInvoice(invoice)))
 
         async def done() -> bool:
             return await db.depth("receipts") == 0 and await db.depth("ledger") >= 5
@@ -166,12 +195,12 @@ async def test_a_receiver_killed_while_acks_wait_repeats_no_effect(
         assert await db.depth("ledger") == 5
         assert await db.depth("handler_runs") == 6  # "held" ran twice: killed the first time
         assert await db.depth("error") == 0
-        # "a" and "b" were recognised as duplicates (the counts of running and retired
+        # The waiting ones were recognised as duplicates (the counts of running and retired
         # receivers alike, as the peeker's cycles see them).
         status = await wait_for_status(
-            deployment, lambda s: s.outbox_duplicates >= 2, timeout=30,
-            what="the redelivered 'a' and 'b' counted as duplicates")
-        assert status.outbox_duplicates == 2, status_line(status)
+            deployment, lambda s: s.outbox_duplicates >= len(waiting), timeout=30,
+            what=f"the redelivered {waiting} counted as duplicates", fresh=True)
+        assert status.outbox_duplicates == len(waiting), status_line(status)
         assert status.replaced_receivers == 1
 
 
