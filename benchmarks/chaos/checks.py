@@ -149,6 +149,9 @@ class Accounts(msgspec.Struct, kw_only=True):
     untraced_lost_ids: list[str] = []
     duplicate_ids: list[str] = []
     twice_ids: list[str] = []
+    twice_why: list[str] = []
+    """Of the first ``twice_ids``: ``id: places; error-queue copy's exception type; receives
+    traced; the nearest fault's cut (seconds after the receive)``, to tell why it is there."""
     mismatches: list[str] = []
     """``id: fate -> place`` of the first mismatches."""
 
@@ -224,9 +227,20 @@ def account(observed: Observed) -> Accounts:
         lost_sends=sum(1 for i in handled if not mine.get(i)),
         lost_ids=_listed(lost), untraced_lost_ids=_listed(lost - traced),
         duplicate_ids=_listed(duplicates), twice_ids=_listed(twice),
+        twice_why=[_why_twice(i, places[i], o, receives_of[i])
+                   for i in sorted(twice, key=str)[:LISTED]],
         mismatches=[f"{i}: {o.sent[i]} -> {places[i][0].value}"
                     for i in sorted(mismatched, key=str)[:LISTED]],
     )
+
+
+def _why_twice(message_id: uuid.UUID, places: list[Place], o: Observed,
+               receives: list[Receive]) -> str:
+    nearest = min((cut.at - receive.at for receive in receives for cut in o.cuts
+                   if cut.at >= receive.at - CUT_SLACK), default=None)
+    return (f"{message_id}: {'+'.join(p.value for p in places)}; "
+            f"copy {o.error_queue.get(message_id) or '-'}; {len(receives)} receive(s) traced; "
+            f"nearest cut {'none' if nearest is None else f'+{nearest:.2f} s'}")
 
 
 def failed_checks(accounts: Accounts) -> list[str]:

@@ -206,6 +206,9 @@ def test_an_id_in_two_places_fails_even_with_every_count_plausible(mode: str) ->
     accounts = account(ledger.observed())
     assert accounts.accounted_twice == accounts.in_both == 1
     assert accounts.twice_ids == [str(both)]
+    assert accounts.twice_why == [f"{both}: handled+error_queue; copy "
+                                  "benchmarks.chaos.endpoints.ChaosPermanentError; "
+                                  "0 receive(s) traced; nearest cut none"]
     assert {"accounted_twice == 0", "conservation"} <= set(failed_checks(accounts))
 
 
@@ -320,6 +323,10 @@ def test_in_none_mode_a_copy_charged_with_a_lost_connection_is_explained_by_any_
 
     assert accounts.handled_then_cut == 1
     assert accounts.twice_ids == sorted(map(str, (other_type, no_cut)))
+    why = {line.split(":")[0]: line for line in accounts.twice_why}
+    assert "copy asyncpg.exceptions._base.InternalClientError" in why[str(other_type)]
+    assert why[str(other_type)].endswith("1 receive(s) traced; nearest cut +0.30 s")
+    assert why[str(no_cut)].endswith("nearest cut +30.30 s")
     assert failed_checks(accounts) == ["accounted_twice == 0", "conservation"]
 
 

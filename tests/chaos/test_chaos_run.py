@@ -47,9 +47,9 @@ def test_every_message_is_accounted_for(chaos_result: dict[str, Any], mode: str)
     planted = mode == PLANTED_MODE
     expected_failures = ["duplicate_effects == 0", "lost == lost_traced"] if planted else []
     # pytest shortens a long dict in its report: the fields that say why come first, whole.
-    why = {key: result.get(key) for key in ("failed_checks", "twice_ids", "untraced_lost_ids",
-                                            "mismatches", "duplicate_ids", "in_both",
-                                            "handled_then_cut")}
+    why = {key: result.get(key) for key in ("failed_checks", "twice_ids", "twice_why",
+                                            "untraced_lost_ids", "mismatches", "duplicate_ids",
+                                            "in_both", "handled_then_cut")}
     if result["failed_checks"] != expected_failures:
         # pytest cuts a long assertion message short under -q (CI): the whole of it goes to
         # the captured output, which a failed test's report prints in full.
