@@ -234,8 +234,14 @@ scaling_endpoint = Endpoint(
 )
 
 
+BUSY_HOLD = 4545
+"""An advisory lock the scaling test holds while its backlog waits: every slot that takes a
+message waits for it (shared), so a second receiver surely takes some before the first is done."""
+
+
 @scaling_endpoint.handler
 async def busy(message: Busy, context: HandlerContext) -> None:
+    await context.connection.execute("SELECT pg_advisory_xact_lock_shared($1)", BUSY_HOLD)
     started = await context.connection.fetchval("SELECT clock_timestamp()")
     await asyncio.sleep(0.25)
     await context.connection.execute(

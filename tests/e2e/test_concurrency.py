@@ -22,7 +22,7 @@ from tests.e2e.conftest import (
     wait_for,
     wait_for_status,
 )
-from tests.e2e.endpoints import Busy, Timed
+from tests.e2e.endpoints import BUSY_HOLD, Busy, Timed
 
 pytestmark = pytest.mark.ray
 
@@ -144,9 +144,17 @@ async def test_receivers_scale_up_with_a_backlog_and_back_down_when_idle(
         seen.append(len(status.receivers))
         return seen[-1] > 1
 
-    await send_batch(transport, "scaling", [Busy(n) for n in range(BACKLOG)])
-    await wait_for_status(deployment, receivers_above_one, timeout=20,
-                          what="more than one receiver for a backlog")
+    # The backlog's handlers wait on a lock the test holds until two receivers have each
+    # taken a message: one receiver alone may otherwise finish it (10 s of work) before a
+    # second has started on a loaded machine (a full suite's run once saw that).
+    async with transport.pool.acquire() as holder:
+        await holder.execute("SELECT pg_advisory_lock($1)", BUSY_HOLD)
+        await send_batch(transport, "scaling", [Busy(n) for n in range(BACKLOG)])
+        await wait_for_status(deployment, receivers_above_one, timeout=20,
+                              what="more than one receiver for a backlog")
+        await wait_for(lambda: _waiting_receivers(transport, at_least=2), timeout=30,
+                       what="two receivers each holding a message of the backlog")
+        await holder.execute("SELECT pg_advisory_unlock($1)", BUSY_HOLD)
 
     async def drained() -> bool:
         seen.append(len((await deployment.status()).receivers))
@@ -164,6 +172,16 @@ async def test_receivers_scale_up_with_a_backlog_and_back_down_when_idle(
     assert max_overlap((row["started"], row["ended"]) for row in rows) <= 4  # while scaling
     assert await transport.depth("scaling") == 0
     assert status.estimate == 0
+
+
+async def _waiting_receivers(transport: PostgresTransport, *, at_least: int) -> bool:
+    """Whether ``at_least`` backends wait for :data:`BUSY_HOLD`: with one slot per receiver,
+    as many receivers each hold a message."""
+    waiting = await transport.pool.fetchval(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 "
+        "AND NOT granted AND database = (SELECT oid FROM pg_database "
+        "WHERE datname = current_database())", BUSY_HOLD)
+    return int(waiting) >= at_least
 
 
 async def test_status_requests_while_the_receivers_change_see_a_consistent_list(
