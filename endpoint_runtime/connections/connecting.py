@@ -21,7 +21,12 @@ from endpoint_runtime.errors import DatabaseUnavailableError
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import queues, receiving, sending
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import DatabaseConnection, Home, QueueConnection
+from endpoint_runtime.transport.connection import (
+    DatabaseConnection,
+    Home,
+    QueueConnection,
+    pooled,
+)
 from endpoint_runtime.transport.queues import QueueInfo
 from endpoint_runtime.wire.messages import OutgoingMessage
 
@@ -123,12 +128,14 @@ class PostgresTransport:
         return await queues.list_queues(self.pool, schema)
 
     async def send(self, queue: str | QueueAddress, message: OutgoingMessage) -> None:
-        await sending.send(self.pool, self.address(queue), message)
+        async with pooled(self.pool) as connection:
+            await sending.send(connection, self.address(queue), message)
 
     async def send_many(
         self, queue: str | QueueAddress, messages: Sequence[OutgoingMessage]
     ) -> None:
-        await sending.send_many(self.pool, self.address(queue), messages)
+        async with pooled(self.pool) as connection:
+            await sending.send_many(connection, self.address(queue), messages)
 
     async def receive(self, queue: str | QueueAddress) -> receiving.Received | None:
         """Receive one message and commit the DELETE at once (at-most-once; for tools)."""

@@ -32,6 +32,7 @@ from endpoint_runtime.errors import ConfigurationError, QueueNotFoundError
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
+from endpoint_runtime.transport.connection import pooled
 from endpoint_runtime.transport.queue_tables import ensure_queue_table
 from endpoint_runtime.wire.messages import MessageIntent
 
@@ -128,7 +129,7 @@ class Sender:
             await transport.send(address, outgoing)
         else:
             assert self._delayed_store is not None
-            async with transport.pool.acquire() as connection:
+            async with pooled(transport.pool) as connection:
                 await self._delayed_store.store(connection, as_delayed(address, outgoing, due))
         return outgoing.message_id
 

@@ -15,7 +15,11 @@ from endpoint_runtime.delayed.store import DelayedMessage, DelayedMessageStore
 from endpoint_runtime.transactions.counting import NO_COUNTS, SlotCounts
 from endpoint_runtime.transport import sending
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import DatabaseConnection, raise_as_loss_if_lost
+from endpoint_runtime.transport.connection import (
+    DatabaseConnection,
+    pooled,
+    raise_as_loss_if_lost,
+)
 from endpoint_runtime.wire.messages import OutgoingMessage
 
 
@@ -83,7 +87,8 @@ class ReceiveStrategy(Protocol):
 
 
 class ImmediateDispatcher:
-    """Each outgoing message is written at once, in its own transaction on the pool."""
+    """Each outgoing message is written at once, in its own transaction on the pool (a
+    connection lost on its way back after the write does not fail the send: ``pooled``)."""
 
     def __init__(self, pool: asyncpg.Pool, store: DelayedMessageStore | None) -> None:
         self._pool = pool
@@ -94,7 +99,7 @@ class ImmediateDispatcher:
         self, address: QueueAddress, message: OutgoingMessage, *, immediate: bool,
         due: datetime | None = None,
     ) -> None:
-        async with self._pool.acquire() as connection:
+        async with pooled(self._pool) as connection:
             try:
                 if due is None:
                     await sending.send(connection, address, message)

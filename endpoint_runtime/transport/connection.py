@@ -15,16 +15,20 @@ least recently used is deallocated first. So does the list of queue tables it ve
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import AsyncIterator, Hashable
 from typing import Any, NoReturn, TypeAlias
 
 import asyncpg
+import structlog
 from asyncpg.pool import PoolConnectionProxy
 
 from endpoint_runtime.errors import ConnectionLostError
+
+_log = structlog.get_logger("endpoint_runtime.transport")
 
 DatabaseConnection: TypeAlias = (
     "asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]"
@@ -91,6 +95,24 @@ async def raise_as_loss_if_lost(connection: DatabaseConnection,
     if await found_lost(connection):
         raise ConnectionLostError(f"the connection of {work} was lost ({exc})") from exc
     raise exc
+
+
+@contextlib.asynccontextmanager
+async def pooled(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionProxy[asyncpg.Record]]:
+    """A connection of ``pool`` for work that commits as it goes (a send), given back
+    whatever happens. asyncpg resets a connection on its way back and, when that fails (its
+    server session ended just then), ends the connection and raises; the work had committed
+    already, so that failure is not the work's: it is logged, not raised (the pool opens a
+    new connection when one is next needed). A failure of the work itself is raised as it
+    is."""
+    connection = await pool.acquire()
+    try:
+        yield connection
+    finally:
+        try:
+            await pool.release(connection)
+        except QUERY_ERRORS as exc:
+            _log.info("pooled_connection_lost_on_release", error=f"{type(exc).__name__}: {exc}")
 
 
 def in_transaction(connection: DatabaseConnection) -> bool:

@@ -31,8 +31,9 @@ import pytest
 
 from endpoint_runtime import Endpoint, HandlerContext
 from endpoint_runtime.chain.outgoing import create_outgoing
-from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.connections.connecting import PostgresTransport, close_pool, connect_pool
 from endpoint_runtime.errors import ConnectionLostError
+from endpoint_runtime.transactions.base import ImmediateDispatcher
 from endpoint_runtime.transport.connection import found_lost
 from endpoint_runtime.wire.messages import ErrorHeaders
 from tests.support.draining import ATTEMPTS_TABLES, attempts_by_message, prepare, received_all
@@ -242,3 +243,40 @@ async def test_found_lost_waits_for_a_loss_and_not_longer_than_its_bound(
         assert not await found_lost(None)
     finally:
         connection.terminate()
+
+
+@pytest.mark.parametrize("sender", ["dispatcher", "transport"])
+async def test_a_send_whose_connection_is_lost_on_its_way_back_to_the_pool_is_sent(
+    transport: PostgresTransport, sender: str,
+) -> None:
+    """The send committed; then, as asyncpg resets the connection to give it back to the
+    pool, the server ends its session (planted in the pool's reset: the backend is ended and
+    gone before the reset's statement). asyncpg ends the connection and raises from the
+    release. The send once failed with that error: a handler's send in ``NONE`` mode put a
+    message with its effect committed and its echo sent into the error queue as well (a
+    clean clone's chaos run, counted twice), and a retrying mode ran it again."""
+    dsn = transport.settings.dsn
+    ended: list[int] = []
+
+    async def reset(connection: asyncpg.Connection[asyncpg.Record]) -> None:
+        if not ended:
+            ended.append(connection.get_server_pid())
+            await asyncio.to_thread(end_and_wait_until_gone, dsn, ended[0])
+        await connection.execute("SELECT 1")
+
+    await transport.create_queue("echoes")
+    pool = await connect_pool(dsn, min_size=1, max_size=1, reset=reset)
+    address = transport.address("echoes")
+    try:
+        through_pool = PostgresTransport(pool, transport.settings, dsn)
+        for n in range(2):  # the second one on the pool's new connection
+            message = create_outgoing(Echo(n))
+            if sender == "dispatcher":
+                await ImmediateDispatcher(pool, None).dispatch(address, message, immediate=True)
+            else:
+                await through_pool.send(address, message)
+    finally:
+        await close_pool(pool)
+    assert len(ended) == 1
+    sent = await received_all(transport, "echoes")
+    assert sorted(msgspec.json.decode(m.body, type=Echo).n for m in sent) == [0, 1]
