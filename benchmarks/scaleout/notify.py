@@ -10,8 +10,9 @@ transaction (the runtime's send statement), while a single-message atomic deploy
 them (its receivers LISTEN when notify is on, and only peek when it is off).
 
 Figures per drain: the send rate (messages over the time until the last send committed), the
-end-to-end rate (``msgs_per_s``: from the first send until the sink holds every message) and
-the handler-start latency, p50 and p99, on the database's clock.
+end-to-end rate (``msgs_per_s``: from the first send until the sink holds every message), the
+handler-start latency, p50 and p99, on the database's clock, and the NOTIFYs a listener of the
+queue's channel heard (sends notify only while the endpoint waits: ``transport.waiting``).
 """
 
 from __future__ import annotations
@@ -71,15 +72,24 @@ class NotifySide:
         """Send every message while the deployment handles them; time until the sink is full."""
         side = RuntimeSide(self.name, ATOMIC, transport={"notify_on_send": self.notify_on_send})
         async with side.deployed(dsn, load, pool_size=self.senders + 2) as running:
+            heard: list[float] = []  # the queue's NOTIFYs, as a listener of its channel hears them
+            listening = await asyncpg.connect(running.dsn)
+            await listening.add_listener(running.queue.notify_channel,
+                                         lambda *_: heard.append(time.perf_counter()))
             started = time.perf_counter()
             sent = await send_as_fast_as_possible(running, load, self.senders)
             done = await wait_for_rows(running.pool, load.messages, 60 + load.messages / 50)
+            await listening.close()
             await running.stop()
             handled, duplicates = await running.counted()
             to_start, _ = await running.latencies()
         figures = {"send_msgs_per_s": round(load.messages / (sent - started), 1),
                    "to_handler_start_p50_ms": to_start.get("p50", 0.0),
-                   "to_handler_start_p99_ms": to_start.get("p99", 0.0)}
+                   "to_handler_start_p99_ms": to_start.get("p99", 0.0),
+                   # Sends that notified (a NOTIFY per send transaction; the queue's channel
+                   # is marked waiting only while the endpoint is idle: transport.waiting).
+                   "notifies_heard": len(heard),
+                   "notifies_heard_while_sending": sum(t <= sent for t in heard)}
         return DrainResult(self.name, self.config, load, done - started, handled, duplicates,
                            figures)
 

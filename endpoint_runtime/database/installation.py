@@ -33,6 +33,7 @@ from endpoint_runtime.transactions.counting import counts_table, create_counts_t
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection
 from endpoint_runtime.transport.heartbeat_tables import create_heartbeats_table, heartbeat_tables
+from endpoint_runtime.transport.waiting import waiting_table
 
 if TYPE_CHECKING:
     from endpoint_runtime.chain.sagas import Sagas
@@ -82,6 +83,9 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
     queue_lengths: QueueAddress | None = None
     """Where its peeker writes its heartbeat and its queue's length per minute
     (``transport.heartbeat_tables``)."""
+    waiting: QueueAddress | None = None
+    """With ``notify_on_send``: the queue's schema's table of waiting channels, which its
+    receivers and peeker mark and clear (``transport.waiting``)."""
     sagas: tuple[QueueAddress, ...] = ()
     """One table per saga type (``endpoint_runtime.chain.sagas.storage``)."""
 
@@ -104,6 +108,8 @@ class EndpointTables(msgspec.Struct, frozen=True, kw_only=True):
                            if settings.auto_subscribe else None),
             committed_counts=counts_table(endpoint.address),
             heartbeats=heartbeats, queue_lengths=queue_lengths,
+            waiting=(waiting_table(endpoint.address.schema)
+                     if settings.transport.notify_on_send else None),
             sagas=endpoint.sagas.tables,
         )
 

@@ -45,6 +45,9 @@ row-level security of :func:`subscription_policies` allows; the committed counts
 slot adds to its row, receivers delete the rows of deployments long idle; the heartbeats: the
 peeker upserts its row and its queue's length per minute and deletes the minutes past their
 retention)."""
+WAIT = "SELECT, INSERT, DELETE"
+"""The schema's table of waiting channels: receivers and the peeker mark their queue's channel
+waiting and clear it (``transport.waiting``); the notify trigger reads it as its owner."""
 READ = "SELECT"
 """The subscription table of an endpoint that does not subscribe: a publish reads it."""
 READ_POLICY = "endpoint_runtime_subscriptions_readable"
@@ -68,6 +71,8 @@ def grant_statements(tables: EndpointTables, role: str, *, sends_to: Iterable[st
                   tables.heartbeats, tables.queue_lengths, *tables.sagas):
         if table is not None:
             grants[table] = STORE  # a table listed twice gets the widest grant
+    if tables.waiting is not None:
+        grants.setdefault(tables.waiting, WAIT)
     statements = []
     if database is not None:
         statements.append(f"GRANT CONNECT ON DATABASE {quote_identifier(database)} TO {who};")

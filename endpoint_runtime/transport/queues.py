@@ -56,7 +56,8 @@ async def create_queue(
     body_string_column: bool = False,
     notify_on_send: bool = True,
 ) -> None:
-    """Create the queue table (and its indexes and notify trigger) if it does not exist."""
+    """Create the queue table (and its indexes and notify trigger, with the schema's table of
+    waiting channels) if it does not exist."""
     address.check_room_for_suffixes()
     sql = statements.for_queue(address)
     steps = [sql["create_schema"], sql["create_queue"], sql["create_seq_index"],
@@ -64,7 +65,9 @@ async def create_queue(
     if body_string_column:
         steps.append(sql["add_body_string"])
     if notify_on_send:
-        steps += [sql["create_notify_function"], sql["create_notify_trigger"]]
+        # The trigger notifies only a channel marked waiting (transport.waiting).
+        steps += [sql["create_waiting_table"], sql["create_notify_waiting_function"],
+                  sql["create_notify_trigger"]]
     else:
         steps.append(sql["drop_notify_trigger"])
     for attempt in range(1, _CREATE_ATTEMPTS + 1):

@@ -151,5 +151,6 @@ async def test_without_installers_missing_tables_are_named(
     message = str(refused.value)
     tables = EndpointTables.of(endpoint, endpoint.settings)
     for what, table in tables.named()[1:]:
-        assert f"{what} {table}" in message, message
+        if what != "waiting":  # the schema's table of waiting channels came with the queue
+            assert f"{what} {table}" in message, message
     assert f"queue {tables.queue}" not in message, message  # it exists

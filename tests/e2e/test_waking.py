@@ -4,14 +4,18 @@ a receiver; throttling to one message at a time. Endpoints in
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
+
 import msgspec
 import pytest
 
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import PostgresTransport
+from endpoint_runtime.transport import QueueAddress
+from endpoint_runtime.transport.waiting import Waiting
 from endpoint_runtime.wire.messages import TransportMessage
 from tests.e2e.conftest import Deployer, count, drain_queue, wait_for, wait_for_status
-from tests.support.waking_endpoints import Flaky, Ping, Report
+from tests.support.waking_endpoints import HOLD, Flaky, Ping, Report
 
 pytestmark = pytest.mark.in_process
 MODULE = "tests.support.waking_endpoints"
@@ -79,6 +83,94 @@ async def test_lost_listen_connections_come_back_and_wake_the_deployment(
 async def _at_least(db: PostgresTransport, listeners: int) -> set[int] | None:
     now = await _listening_backends(db)
     return now if len(now) >= listeners else None
+
+
+class _Notifications:
+    """What a LISTEN connection of the test hears on the queue's channel, in commit order."""
+
+    MARKERS = "test.markers"
+    """A channel of the test's own: its NOTIFYs wake no peeker or receiver."""
+
+    def __init__(self, channel: str) -> None:
+        self.channel = channel
+        self.heard: list[tuple[str, str]] = []
+
+    def on_notify(self, _connection: object, _pid: int, channel: str, payload: str) -> None:
+        self.heard.append((channel, payload))
+
+    async def since(self, db: PostgresTransport, marker: str) -> list[str]:
+        """The queue channel's payloads heard before a NOTIFY of ``marker`` the test sends now
+        on its own channel: a listener hears every channel in commit order, so whatever a send
+        committed earlier notified is heard first."""
+        await db.pool.execute("SELECT pg_notify($1, $2)", self.MARKERS, marker)
+        await wait_for(lambda: _true((self.MARKERS, marker) in self.heard), timeout=10,
+                       what=f"the NOTIFY {marker!r}")
+        before = self.heard[:self.heard.index((self.MARKERS, marker))]
+        self.heard.clear()
+        return [payload for channel, payload in before if channel == self.channel]
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+# The minute-long peek delay is the point (only a NOTIFY or the mark can wake the deployment).
+@pytest.mark.filterwarnings("ignore:peek_delay .* is above the recommended:UserWarning")
+async def test_a_busy_queue_sends_no_notify_and_its_endpoint_is_woken_again_once_idle(
+    db: PostgresTransport, deployer: Deployer
+) -> None:
+    """Sends NOTIFY only while the queue's channel is marked waiting (transport.waiting): the
+    idle endpoint marks it, its peeker clears it once it sees messages queued (its handlers
+    wait on a lock the test holds), a send then notifies nobody; once the backlog is done the
+    last receive slot marks it again, and a message sent then is handled at once (the
+    periodic peek is a minute away)."""
+    waiting = Waiting(QueueAddress("held"))
+    channel = QueueAddress("held").notify_channel
+    await deployer.start("held", module=MODULE, peek_delay=LONG_PEEK_DELAY)
+    await wait_for(lambda: waiting.is_waiting(db.pool), timeout=30, what="the idle mark")
+    notifications = _Notifications(channel)
+    async with db.pool.acquire() as listening:
+        for heard in (channel, notifications.MARKERS):
+            await listening.add_listener(heard, notifications.on_notify)
+        try:
+            await _busy_then_idle(db, waiting, notifications)
+        finally:
+            for heard in (channel, notifications.MARKERS):
+                await listening.remove_listener(heard, notifications.on_notify)
+
+
+async def _busy_then_idle(db: PostgresTransport, waiting: Waiting,
+                          notifications: _Notifications) -> None:
+    await db.send("held", create_outgoing(Ping("idle")))
+    await wait_for(lambda: _handled(db, "idle"), timeout=30, what="'idle' handled")
+    assert await notifications.since(db, "after idle") == [""]
+
+    async with db.pool.acquire() as holding:
+        await holding.execute("SELECT pg_advisory_lock($1)", HOLD)
+        await db.send_many("held", [create_outgoing(Ping(f"backlog {n}"))
+                                    for n in range(8)])
+        await wait_for(lambda: _not(waiting.is_waiting(db.pool)), timeout=30,
+                       what="the mark cleared by the peeker, messages queued")
+        assert await notifications.since(db, "after backlog") == [""]
+        await db.send("held", create_outgoing(Ping("busy")))
+        assert await notifications.since(db, "after busy") == []
+        await holding.execute("SELECT pg_advisory_unlock($1)", HOLD)
+
+    await wait_for(lambda: _all_handled(db, 10), timeout=30, what="the backlog handled")
+    await wait_for(lambda: waiting.is_waiting(db.pool), timeout=30,
+                   what="the mark made again by the idle receiver")
+    await db.send("held", create_outgoing(Ping("idle again")))
+    await wait_for(lambda: _handled(db, "idle again"), timeout=30,
+                   what="'idle again' handled on its NOTIFY")
+    assert await notifications.since(db, "after idle again") == [""]
+
+
+async def _all_handled(db: PostgresTransport, expected: int) -> bool:
+    return await count(db.pool, "SELECT count(*) FROM handled") == expected
+
+
+async def _not(value: Awaitable[bool]) -> bool:
+    return not await value
 
 
 async def test_throttling_runs_one_message_at_a_time(

@@ -32,6 +32,7 @@ from endpoint_runtime.errors import NotAQueueError, QueueNotFoundError
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import QueueAddress, queue_tables, quote_identifier, sending
 from endpoint_runtime.transport.connection import MAX_PREPARED_STATEMENTS
+from endpoint_runtime.transport.waiting import Waiting
 from endpoint_runtime.wire.messages import Headers, TransportMessage
 from endpoint_runtime.wire.serialization import MessageTypes
 from tests.support import reply_endpoints
@@ -83,6 +84,7 @@ async def _pwned(transport: PostgresTransport) -> bool:
 
 async def _assert_send_notifies(transport: PostgresTransport, address: QueueAddress) -> None:
     await transport.create_queue(address)  # the trigger again (the other transport dropped it)
+    assert await Waiting(address).mark(transport.pool)  # sends notify a channel that waits
     notified = asyncio.Event()
 
     def on_notify(*_: object) -> None:

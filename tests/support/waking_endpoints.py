@@ -29,6 +29,18 @@ on_demand.register(_handle)
 kept = Endpoint("kept", min_receivers=1, max_concurrency=2, slots_per_receiver=2)
 kept.register(_handle)
 
+HOLD = 4546
+"""An advisory lock the waiting-mark test holds while its backlog waits (shared by handlers)."""
+
+# Its handlers wait on that lock: a backlog that the peeker sees queued.
+held = Endpoint("held", min_receivers=1, max_concurrency=2, slots_per_receiver=2)
+
+
+@held.handler
+async def _handle_when_released(message: Ping, context: HandlerContext) -> None:
+    await context.connection.execute("SELECT pg_advisory_xact_lock_shared($1)", HOLD)
+    await _handle(message, context)
+
 
 # -- throttling ------------------------------------------------------------------------------
 

@@ -45,6 +45,7 @@ from endpoint_runtime.runtime.heartbeats import Heartbeat
 from endpoint_runtime.settings import replace as replace_settings
 from endpoint_runtime.transport import receiving
 from endpoint_runtime.transport.listening import Listener
+from endpoint_runtime.transport.waiting import Waiting
 
 log = structlog.get_logger("endpoint_runtime.peeker")
 
@@ -93,6 +94,9 @@ class Peeker:
         self._loop_task: asyncio.Task[None] | None = None
         self._pool: asyncpg.Pool | None = None
         self._listener: Listener | None = None
+        self._waiting = (Waiting(config.address) if config.settings.transport.notify_on_send
+                         else None)
+        """The queue's waiting mark: sends notify only while it is there (transport.waiting)."""
         self._background = BackgroundWork()
         """The delayed-message mover, the outbox cleaner, the endpoint's periodic tasks."""
         self.critical_error: str | None = None
@@ -222,8 +226,21 @@ class Peeker:
             scale_down_after=self.settings.scale_down_after,
         ))
         await self._scale_to(wanted)
+        if self._waiting is not None:
+            await self._keep_waiting_mark(busy)
         if self._estimate > 0:
-            await self._wake_idle()
+            await self._wake_idle()  # after a cleared mark, they mark it again once idle
+
+    async def _keep_waiting_mark(self, busy: int) -> None:
+        """Messages queued: no wake-up is needed, so the mark goes (sends stop notifying).
+        Nothing queued or in flight: the endpoint waits; when this call made the mark, a
+        send since the peek notified nobody, so the next cycle comes at once."""
+        assert self._pool is not None
+        assert self._waiting is not None
+        if self._estimate > 0:
+            await self._waiting.clear(self._pool)
+        elif busy == 0 and await self._waiting.mark(self._pool):
+            self._wake.set()
 
     async def _refresh_statuses(self, hand_over: bool = True) -> None:
         """Ask every receiver for its status (handing over the crash ledger's doomed ids when

@@ -37,6 +37,7 @@ from endpoint_runtime.runtime.endpoint import Endpoint, load_endpoint
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transactions.base import Round
 from endpoint_runtime.transport.listening import Listener
+from endpoint_runtime.transport.waiting import Waiting
 
 log = structlog.get_logger("endpoint_runtime.receiver")
 
@@ -127,6 +128,8 @@ class Receiver:
         self._event_loop = ""
         self._collector_thresholds = (0, 0, 0)
         self._listener: Listener | None = None
+        self._waiting: Waiting | None = None
+        """With ``notify_on_send``: the queue's waiting mark (transport.waiting)."""
         self._throttled = False
         self._critical_error: str | None = None
         self._critical_errors = 0
@@ -239,6 +242,7 @@ class Receiver:
         await self._listener.start()
         # Before the strategy exists: a wake-up starts no slot while the allowance is 0.
         await self._listener.listen(endpoint.address.notify_channel, lambda: self.wake(1))
+        self._waiting = Waiting(endpoint.address)
 
     # -- control (Ray calls) ----------------------------------------------------------------
 
@@ -331,8 +335,9 @@ class Receiver:
             log.error("slot_crashed", exc_info=task.exception())
 
     async def _slot(self) -> None:
+        empty = False
         try:
-            await self._receive_until_empty()
+            empty = await self._receive_until_empty()
         finally:
             # Leave the set at once (not in the done callback) so that the next slot to
             # check the allowance sees the right count.
@@ -340,15 +345,28 @@ class Receiver:
             if task is not None:
                 self._slots.discard(task)
             self._shrunk.set()
+        if empty and not self._slots and self._waiting is not None and not self._draining:
+            await self._wait_for_wake_up()
 
-    async def _receive_until_empty(self) -> None:
+    async def _wait_for_wake_up(self) -> None:
+        """The last slot found the queue empty: mark the queue waiting, so that the next send
+        notifies; when this call made the mark, look once more (a send committed since the
+        empty receive notified nobody)."""
+        assert self._pool is not None
+        assert self._waiting is not None
+        if await self._waiting.mark(self._pool):
+            self.wake(1)
+
+    async def _receive_until_empty(self) -> bool:
+        """Receive until a round takes nothing (``True``), or until this slot must end
+        (allowance, draining, a failure: ``False``)."""
         assert self._pool is not None
         successes = 0
         try:
             connection = await self._pool.acquire()
         except Exception as exc:
             await self._back_off(exc)
-            return
+            return False
         assert self._counts is not None
         slot = self._strategy.open_slot(connection)
         number = self._counts.slot_opened(slot)
@@ -357,7 +375,7 @@ class Receiver:
                 await self._counts.ensure_row(slot, number, connection)
             except Exception as exc:  # a refused counts table comes as the error naming the fix
                 await self._back_off(exc)
-                return
+                return False
             while not self._draining and len(self._slots) <= self._effective_allowance:
                 self._in_flight += 1
                 try:
@@ -373,12 +391,12 @@ class Receiver:
                     # The transport failed (connection lost, database down): this slot ends
                     # after the breaker's pause and a fresh one, on a fresh connection, goes on.
                     await self._back_off(exc)
-                    return
+                    return False
                 finally:
                     self._in_flight -= 1
                 self._receive_breaker.success()
                 if result.taken == 0:
-                    return
+                    return True
                 if result.handled:
                     self._processing_breaker.success()
                 if self._throttling_enabled:  # a call less per message when it is off
@@ -387,6 +405,7 @@ class Receiver:
                 if successes >= GROW_AFTER_SUCCESSES:
                     successes = 0
                     self.wake(1)
+            return False
         finally:
             try:
                 await slot.close()  # none mode writes its last counts there

@@ -39,9 +39,44 @@ BEGIN
 END;
 $$;
 
+-- create_waiting_table --
+-- The queues whose endpoint waits for a wake-up (transport.waiting): a row per channel while
+-- a receiver or peeker of it is idle, none while it is busy. Shared by the schema's queues.
+CREATE TABLE IF NOT EXISTS {schema}.endpoint_runtime_waiting (
+    channel text PRIMARY KEY,
+    since timestamp NOT NULL DEFAULT (statement_timestamp() AT TIME ZONE 'UTC')
+);
+
+-- create_notify_waiting_function --
+-- NOTIFY only a channel someone waits on: a transaction that notified takes a database-wide
+-- lock at its commit, which a busy queue's senders would otherwise pay on every send. Runs as
+-- its owner (the installer), so that senders need no grant on the table it reads. The schema
+-- is named by the search path, not in the body: a schema's name may hold a dollar quote.
+CREATE OR REPLACE FUNCTION {schema}.endpoint_runtime_notify_waiting() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, {schema}, pg_temp AS $$
+BEGIN
+    IF EXISTS (SELECT FROM endpoint_runtime_waiting WHERE channel = TG_ARGV[0]) THEN
+        PERFORM pg_notify(TG_ARGV[0], '');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
 -- create_notify_trigger --
 CREATE OR REPLACE TRIGGER {notify} AFTER INSERT ON {queue}
-    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.endpoint_runtime_notify({channel});
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.endpoint_runtime_notify_waiting({channel});
+
+-- mark_waiting --
+-- "INSERT 0 1" when this call made the mark (its caller then looks at the queue once more:
+-- a send committed between its empty receive and the mark notified nobody).
+INSERT INTO {schema}.endpoint_runtime_waiting (channel) VALUES ({channel})
+ON CONFLICT (channel) DO NOTHING;
+
+-- clear_waiting --
+DELETE FROM {schema}.endpoint_runtime_waiting WHERE channel = {channel};
+
+-- is_waiting --
+SELECT EXISTS (SELECT FROM {schema}.endpoint_runtime_waiting WHERE channel = {channel});
 
 -- drop_notify_trigger --
 DROP TRIGGER IF EXISTS {notify} ON {queue};
