@@ -368,6 +368,7 @@ class EndpointOptions(TypedDict, total=False):
     delayed_delivery: DelayedDeliverySettings | Mapping[str, Any]
     outbox: OutboxSettings | Mapping[str, Any] | None
     stop_timeout: float
+    connection_budget_wait: float
     handler_timeout: float | None
     scale_down_after: float
     receiver_num_cpus: float
@@ -416,6 +417,12 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             commands, and delete its stored subscriptions to the commands it handles.
         stop_timeout: the grace period of a graceful stop: seconds in-flight handlers may
             still run before they are cancelled and their messages rolled back.
+        connection_budget_wait: seconds a deployment's start waits, when the connections it
+            may open do not fit in what the server has left because other running
+            deployments may open theirs, for those to release them (logged while it waits);
+            then, or at once when it would not fit beside no other deployment, it fails with
+            a :class:`~endpoint_runtime.errors.ConfigurationError` naming the numbers.
+            ``0``: fail at once.
         handler_timeout: seconds one handler may run on one message (``None``, the default:
             no limit). A handler past it is cancelled (a statement it waits on is cancelled
             in PostgreSQL), its transaction rolled back and the attempt charged, as any
@@ -460,6 +467,7 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     )
     outbox: OutboxSettings | None = None
     stop_timeout: float = 30.0
+    connection_budget_wait: float = 60.0
     handler_timeout: float | None = None
     scale_down_after: float = 10.0
     receiver_num_cpus: float = 0.0
@@ -515,6 +523,10 @@ class EndpointSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
             raise ConfigurationError("throttle_after_failures cannot be negative")
         if self.stop_timeout < 0 or self.scale_down_after < 0:
             raise ConfigurationError("stop_timeout and scale_down_after cannot be negative")
+        if self.connection_budget_wait < 0:
+            raise ConfigurationError(
+                f"connection_budget_wait cannot be negative (got {self.connection_budget_wait}); "
+                "0 fails at once when the connections do not fit")
         if self.handler_timeout is not None and not self.handler_timeout > 0:
             raise ConfigurationError(
                 f"handler_timeout must be a positive number of seconds or None (no limit), "

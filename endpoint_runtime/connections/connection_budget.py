@@ -28,17 +28,26 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
+import time
 from urllib.parse import quote, unquote
 
 import msgspec
+import structlog
 
 from endpoint_runtime.errors import ConfigurationError
 from endpoint_runtime.settings import EndpointSettings
 from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.connection import DatabaseConnection
 
+log = structlog.get_logger(__name__)
+
 PEEKER_POOL_SIZE = 4
 """Connections of the peeker's pool (peeks, the delayed-message mover, the outbox cleaner)."""
+BUDGET_POLL_SECONDS = 1.0
+"""How often a start that waits for connections asks the server again."""
+BUDGET_LOG_SECONDS = 10.0
+"""How often a start that waits for connections says so."""
 
 
 class ConnectionBudget(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,23 +131,57 @@ async def server_capacity(connection: DatabaseConnection) -> ServerCapacity:
 async def check_connection_budget(
     connection: DatabaseConnection, settings: EndpointSettings, *, endpoint: str
 ) -> None:
-    """Raise :class:`ConfigurationError` when the deployment's worst case does not fit in what
-    the server has left. Reserved slots count as taken even for a superuser: they are what
-    lets an administrator in when everything else is used up."""
+    """Return once the deployment's worst case fits in what the server has left; raise
+    :class:`ConfigurationError` when it does not. Reserved slots count as taken even for a
+    superuser: they are what lets an administrator in when everything else is used up.
+
+    When it does not fit only because other running deployments may open theirs (their
+    reservations), the start waits up to ``settings.connection_budget_wait`` seconds for them
+    to release connections, saying so every :data:`BUDGET_LOG_SECONDS`: on a shared server
+    another deployment's start or stop is a matter of seconds, and a refusal that a second
+    attempt would pass helps nobody. One that would not fit beside no other deployment is
+    refused at once."""
     budget = ConnectionBudget.of(settings)
-    capacity = await server_capacity(connection)
-    if budget.worst_case <= capacity.available:
-        return
+    started = time.monotonic()
+    said = float("-inf")
+    while True:
+        capacity = await server_capacity(connection)
+        if budget.worst_case <= capacity.available:
+            if said > float("-inf"):
+                log.info("connection_budget_fits", endpoint=endpoint,
+                         waited_s=round(time.monotonic() - started, 1))
+            return
+        waited = time.monotonic() - started
+        alone = budget.worst_case <= capacity.available + capacity.claimed
+        if not alone or waited >= settings.connection_budget_wait:
+            raise ConfigurationError(_refusal(budget, capacity, settings, endpoint,
+                                              waited if alone else None))
+        if waited - said >= BUDGET_LOG_SECONDS:
+            said = waited
+            log.warning("connection_budget_waiting", endpoint=endpoint,
+                        worst_case=budget.worst_case, available=capacity.available,
+                        claimed_by_deployments=capacity.claimed,
+                        running_deployments=capacity.deployments, waited_s=round(waited, 1),
+                        gives_up_after_s=settings.connection_budget_wait)
+        await asyncio.sleep(BUDGET_POLL_SECONDS)
+
+
+def _refusal(budget: ConnectionBudget, capacity: ServerCapacity, settings: EndpointSettings,
+             endpoint: str, waited: float | None) -> str:
+    """The error's text; ``waited``: seconds waited for other deployments (``None``: it
+    would not fit beside no other deployment, so it did not wait)."""
     slots = settings.slots_per_receiver
     listen = " + 1 LISTEN" if settings.transport.notify_on_send else ""
     fitting = max(0, (capacity.available - budget.peeker) // budget.per_receiver)
-    raise ConfigurationError(
+    after = (f" after waiting {waited:.0f} s (connection_budget_wait) for them to release "
+             "connections" if waited is not None else "")
+    return (
         f"endpoint {endpoint!r} may open up to {budget.worst_case} PostgreSQL connections "
         f"({budget.receivers} receivers x {budget.per_receiver} (pool of 2 x {slots} slots + 1"
         f"{listen}) + {budget.peeker} for the peeker), but the server has {capacity.available} "
         f"left (max_connections {capacity.max_connections} - superuser_reserved_connections "
         f"{capacity.superuser_reserved} - reserved_connections {capacity.reserved} - "
         f"{capacity.in_use} in use - {capacity.claimed} that {capacity.deployments} running "
-        f"deployments may open). Lower max_concurrency (at most {fitting * slots} fits "
+        f"deployments may open){after}. Lower max_concurrency (at most {fitting * slots} fits "
         f"now: {fitting} receivers of {slots} slots), or raise the server's max_connections"
     )

@@ -5,11 +5,14 @@ only what they have open."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
+from typing import Any
 
 import asyncpg
 import pytest
+import structlog.testing
 
 from endpoint_runtime import ConfigurationError, EndpointSettings, TransportSettings
 from endpoint_runtime.connections.connecting import PostgresTransport
@@ -23,7 +26,7 @@ from endpoint_runtime.connections.connection_budget import (
 )
 from endpoint_runtime.connections.embedded import with_database
 from endpoint_runtime.transport import quote_identifier
-from tests.e2e.conftest import Deployer
+from tests.e2e.conftest import Deployer, wait_for
 from tests.support.hardening_endpoints import wide
 
 pytestmark = pytest.mark.ray
@@ -53,6 +56,7 @@ async def test_a_deployment_whose_worst_case_exceeds_the_server_fails_at_start(
     assert re.search(r"- \d+ in use - \d+ that \d+ running deployments may open\)", text)
     assert "Lower max_concurrency" in text
     assert "raise the server's max_connections" in text
+    assert "after waiting" not in text  # it would not fit beside no other deployment: no wait
     # Refused before anything was created or started.
     assert await transport.pool.fetchval("SELECT to_regclass('public.wide')") is None
 
@@ -112,13 +116,54 @@ async def test_two_deployments_that_fit_alone_do_not_both_start_when_together_th
     assert after_first.deployments >= 1
     assert after_first.claimed >= worst_case
     with pytest.raises(ConfigurationError) as refused:
-        await deployer.start("wide", module=MODULE, **size)
+        await deployer.start("wide", module=MODULE, connection_budget_wait=0, **size)
     assert f"may open up to {worst_case} PostgreSQL connections" in str(refused.value)
-    assert re.search(r"- \d+ that [1-9]\d* running deployments may open\)", str(refused.value))
+    assert re.search(r"- \d+ that [1-9]\d* running deployments may open\) after waiting 0 s",
+                     str(refused.value))
 
     await deployer.stop(first)  # its reservation goes with its connections
     second = await deployer.start("wide", module=MODULE, **size)
     await deployer.stop(second)
+
+
+@pytest.mark.in_process
+async def test_a_start_that_fits_only_once_another_deployment_stops_waits_for_it(
+    deployer: Deployer, transport: PostgresTransport
+) -> None:
+    """As above, but the second start waits (connection_budget_wait): it says so in the log
+    with the numbers, and starts once the first deployment has stopped and released its
+    reservation, instead of a refusal that a second attempt would pass."""
+    available = (await _capacity(transport)).available
+    receivers = int(available * 0.6 - 5) // 10
+    assert receivers >= 1, available
+    size = {"max_concurrency": 4 * receivers, "slots_per_receiver": 4}
+    first = await deployer.start("wide", module=MODULE, **size)
+    with structlog.testing.capture_logs() as logged:
+        second = asyncio.get_running_loop().create_task(
+            deployer.start("wide", module=MODULE, connection_budget_wait=60, **size))
+        waiting = await wait_for(
+            lambda: _first(logged, "connection_budget_waiting"), timeout=30,
+            what="the second start saying it waits")
+        assert not second.done()
+        assert waiting["worst_case"] == receivers * 10 + 5
+        assert waiting["running_deployments"] >= 1
+        await deployer.stop(first)
+        started = await asyncio.wait_for(second, timeout=30)
+        assert _entry(logged, "connection_budget_fits") is not None
+    await deployer.stop(started)
+
+
+def _entry(logged: list[dict[str, Any]], event: str) -> dict[str, Any] | None:
+    return next((entry for entry in logged if entry["event"] == event), None)
+
+
+async def _first(logged: list[dict[str, Any]], event: str) -> dict[str, Any] | None:
+    return _entry(logged, event)
+
+
+def test_a_negative_wait_is_a_configuration_error() -> None:
+    with pytest.raises(ConfigurationError, match="connection_budget_wait cannot be negative"):
+        EndpointSettings(connection_budget_wait=-1)
 
 
 @pytest.mark.in_process
