@@ -8,6 +8,10 @@ from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
 from endpoint_runtime.transport.literals import text_literal
 
+WAITING_TABLE = "endpoint_runtime_waiting"
+"""The table of waiting channels, one per schema, beside the schema's queues
+(:mod:`endpoint_runtime.transport.waiting`)."""
+
 
 # About 12 KB per queue: 512 queues in use at once is plenty, and the cache stays small.
 @functools.lru_cache(maxsize=512)
@@ -21,6 +25,8 @@ def for_queue(address: QueueAddress) -> dict[str, str]:
         "expires_idx": quote_identifier(address.derived_name("_expires_idx")),
         "notify": quote_identifier(address.derived_name("_notify")),
         "channel": text_literal(address.notify_channel),
+        "waiting": QueueAddress(WAITING_TABLE, address.schema).qualified,
+        "waiting_name": quote_identifier(WAITING_TABLE),
     }
     return {name: text.format(**names) for name, text in sql.load("queue.sql").items()}
 

@@ -34,15 +34,12 @@ from endpoint_runtime.transport.connection import DatabaseConnection
 
 log = structlog.get_logger(__name__)
 
-TABLE = "endpoint_runtime_waiting"
-"""The table of waiting channels, one per schema (beside the schema's queues)."""
-
 _LOST = (OSError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 def waiting_table(schema: str) -> QueueAddress:
     """The waiting channels' table of ``schema``."""
-    return QueueAddress(TABLE, schema)
+    return QueueAddress(statements.WAITING_TABLE, schema)
 
 
 class Waiting:

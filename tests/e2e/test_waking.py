@@ -15,6 +15,7 @@ from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.transport.waiting import Waiting
 from endpoint_runtime.wire.messages import TransportMessage
 from tests.e2e.conftest import Deployer, count, drain_queue, wait_for, wait_for_status
+from tests.support.notifications import Heard
 from tests.support.waking_endpoints import HOLD, Flaky, Ping, Report
 
 pytestmark = pytest.mark.in_process
@@ -85,35 +86,6 @@ async def _at_least(db: PostgresTransport, listeners: int) -> set[int] | None:
     return now if len(now) >= listeners else None
 
 
-class _Notifications:
-    """What a LISTEN connection of the test hears on the queue's channel, in commit order."""
-
-    MARKERS = "test.markers"
-    """A channel of the test's own: its NOTIFYs wake no peeker or receiver."""
-
-    def __init__(self, channel: str) -> None:
-        self.channel = channel
-        self.heard: list[tuple[str, str]] = []
-
-    def on_notify(self, _connection: object, _pid: int, channel: str, payload: str) -> None:
-        self.heard.append((channel, payload))
-
-    async def since(self, db: PostgresTransport, marker: str) -> list[str]:
-        """The queue channel's payloads heard before a NOTIFY of ``marker`` the test sends now
-        on its own channel: a listener hears every channel in commit order, so whatever a send
-        committed earlier notified is heard first."""
-        await db.pool.execute("SELECT pg_notify($1, $2)", self.MARKERS, marker)
-        await wait_for(lambda: _true((self.MARKERS, marker) in self.heard), timeout=10,
-                       what=f"the NOTIFY {marker!r}")
-        before = self.heard[:self.heard.index((self.MARKERS, marker))]
-        self.heard.clear()
-        return [payload for channel, payload in before if channel == self.channel]
-
-
-async def _true(value: bool) -> bool:
-    return value
-
-
 # The minute-long peek delay is the point (only a NOTIFY or the mark can wake the deployment).
 @pytest.mark.filterwarnings("ignore:peek_delay .* is above the recommended:UserWarning")
 async def test_a_busy_queue_sends_no_notify_and_its_endpoint_is_woken_again_once_idle(
@@ -128,22 +100,16 @@ async def test_a_busy_queue_sends_no_notify_and_its_endpoint_is_woken_again_once
     channel = QueueAddress("held").notify_channel
     await deployer.start("held", module=MODULE, peek_delay=LONG_PEEK_DELAY)
     await wait_for(lambda: waiting.is_waiting(db.pool), timeout=30, what="the idle mark")
-    notifications = _Notifications(channel)
-    async with db.pool.acquire() as listening:
-        for heard in (channel, notifications.MARKERS):
-            await listening.add_listener(heard, notifications.on_notify)
-        try:
-            await _busy_then_idle(db, waiting, notifications)
-        finally:
-            for heard in (channel, notifications.MARKERS):
-                await listening.remove_listener(heard, notifications.on_notify)
+    async with (db.pool.acquire() as listening,
+                Heard(channel).listening(listening) as notifications):
+        await _busy_then_idle(db, waiting, notifications)
 
 
 async def _busy_then_idle(db: PostgresTransport, waiting: Waiting,
-                          notifications: _Notifications) -> None:
+                          notifications: Heard) -> None:
     await db.send("held", create_outgoing(Ping("idle")))
     await wait_for(lambda: _handled(db, "idle"), timeout=30, what="'idle' handled")
-    assert await notifications.since(db, "after idle") == [""]
+    assert await notifications.before_marker(db.pool, "after idle") == [""]
 
     async with db.pool.acquire() as holding:
         await holding.execute("SELECT pg_advisory_lock($1)", HOLD)
@@ -151,9 +117,9 @@ async def _busy_then_idle(db: PostgresTransport, waiting: Waiting,
                                     for n in range(8)])
         await wait_for(lambda: _not(waiting.is_waiting(db.pool)), timeout=30,
                        what="the mark cleared by the peeker, messages queued")
-        assert await notifications.since(db, "after backlog") == [""]
+        assert await notifications.before_marker(db.pool, "after backlog") == [""]
         await db.send("held", create_outgoing(Ping("busy")))
-        assert await notifications.since(db, "after busy") == []
+        assert await notifications.before_marker(db.pool, "after busy") == []
         await holding.execute("SELECT pg_advisory_unlock($1)", HOLD)
 
     await wait_for(lambda: _all_handled(db, 10), timeout=30, what="the backlog handled")
@@ -162,7 +128,7 @@ async def _busy_then_idle(db: PostgresTransport, waiting: Waiting,
     await db.send("held", create_outgoing(Ping("idle again")))
     await wait_for(lambda: _handled(db, "idle again"), timeout=30,
                    what="'idle again' handled on its NOTIFY")
-    assert await notifications.since(db, "after idle again") == [""]
+    assert await notifications.before_marker(db.pool, "after idle again") == [""]
 
 
 async def _all_handled(db: PostgresTransport, expected: int) -> bool:

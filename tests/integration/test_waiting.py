@@ -3,7 +3,6 @@ the mark is what the roles of the least-privilege grants may read and write."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import asyncpg
@@ -16,6 +15,7 @@ from endpoint_runtime.database.installation import EndpointTables
 from endpoint_runtime.database.privileges import grant_statements
 from endpoint_runtime.transport import QueueAddress, sending
 from endpoint_runtime.transport.waiting import Waiting, waiting_table
+from tests.support.notifications import Heard
 from tests.support.roles import Role, login_role
 
 QUEUE = QueueAddress("waited_on")
@@ -25,41 +25,13 @@ class Ping(msgspec.Struct):
     n: int
 
 
-class Heard:
-    """The payloads a LISTEN connection hears, on the queue's channel and on a marker channel
-    of the test's own, in commit order."""
-
-    MARKERS = "test.markers"
-
-    def __init__(self) -> None:
-        self.heard: list[tuple[str, str]] = []
-        self._marked = asyncio.Event()
-
-    def on_notify(self, _connection: object, _pid: int, channel: str, payload: str) -> None:
-        self.heard.append((channel, payload))
-        if channel == self.MARKERS:
-            self._marked.set()
-
-    async def queue_payloads_before_marker(self, pool: asyncpg.Pool) -> list[str]:
-        """What the queue's channel heard before a marker NOTIFY sent now (a send committed
-        earlier is heard first, when it notified at all)."""
-        self._marked.clear()
-        await pool.execute("SELECT pg_notify($1, 'marker')", self.MARKERS)
-        await asyncio.wait_for(self._marked.wait(), timeout=10)
-        before = self.heard[:self.heard.index((self.MARKERS, "marker"))]
-        self.heard.clear()
-        return [payload for channel, payload in before if channel == QUEUE.notify_channel]
-
-
 @pytest.fixture
 async def heard(transport: PostgresTransport) -> AsyncIterator[Heard]:
     await transport.create_queue(QUEUE)
-    heard = Heard()
     listening = await asyncpg.connect(transport.dsn)
     try:
-        for channel in (QUEUE.notify_channel, Heard.MARKERS):
-            await listening.add_listener(channel, heard.on_notify)
-        yield heard
+        async with Heard(QUEUE.notify_channel).listening(listening) as heard:
+            yield heard
     finally:
         await listening.close()
 
@@ -70,18 +42,18 @@ async def test_a_send_notifies_only_while_the_channel_is_marked_waiting(
     waiting = Waiting(QUEUE)
     assert not await waiting.is_waiting(transport.pool)
     await transport.send(QUEUE, create_outgoing(Ping(1)))
-    assert await heard.queue_payloads_before_marker(transport.pool) == []
+    assert await heard.before_marker(transport.pool) == []
 
     assert await waiting.mark(transport.pool)  # this call made the mark
     assert not await waiting.mark(transport.pool)  # it was there
     await transport.send(QUEUE, create_outgoing(Ping(2)))
     await transport.send_many(QUEUE, [create_outgoing(Ping(n)) for n in (3, 4)])
-    assert await heard.queue_payloads_before_marker(transport.pool) == ["", ""]
+    assert await heard.before_marker(transport.pool) == ["", ""]
 
     assert await waiting.clear(transport.pool)
     assert not await waiting.clear(transport.pool)
     await transport.send(QUEUE, create_outgoing(Ping(5)))
-    assert await heard.queue_payloads_before_marker(transport.pool) == []
+    assert await heard.before_marker(transport.pool) == []
     assert await transport.depth(QUEUE) == 5  # every send went in, notified or not
 
 
@@ -92,7 +64,7 @@ async def test_the_mark_of_one_queue_does_not_make_another_notify(
     await transport.create_queue(other)
     assert await Waiting(other).mark(transport.pool)
     await transport.send(QUEUE, create_outgoing(Ping(1)))
-    assert await heard.queue_payloads_before_marker(transport.pool) == []
+    assert await heard.before_marker(transport.pool) == []
 
 
 @pytest.fixture
@@ -116,7 +88,7 @@ async def test_a_role_that_may_only_insert_sends_and_notifies_a_waiting_channel(
         await sending.send(connection, QUEUE, create_outgoing(Ping(1)))
     finally:
         await connection.close()
-    assert await heard.queue_payloads_before_marker(transport.pool) == [""]
+    assert await heard.before_marker(transport.pool) == [""]
 
 
 async def test_the_endpoints_grants_let_its_role_mark_and_clear_its_channel(

@@ -2,6 +2,7 @@
 -- Placeholders in braces are identifiers, always quoted by transport.addresses.quote_identifier:
 --   {queue}  the quoted "schema"."table"      {schema}  the quoted schema
 --   {pkey} {seq_idx} {expires_idx} {notify}  quoted names of objects derived from the table
+--   {waiting}  the schema's quoted table of waiting channels ({waiting_name}: its name alone)
 -- Timestamps in the expires column are UTC without time zone (wire format of the original).
 -- Times are statement_timestamp(), never now(): now() is when the transaction began, and a
 -- receive transaction can be old (a slow handler, a BEGIN sent with the last COMMIT, the
@@ -42,7 +43,7 @@ $$;
 -- create_waiting_table --
 -- The queues whose endpoint waits for a wake-up (transport.waiting): a row per channel while
 -- a receiver or peeker of it is idle, none while it is busy. Shared by the schema's queues.
-CREATE TABLE IF NOT EXISTS {schema}.endpoint_runtime_waiting (
+CREATE TABLE IF NOT EXISTS {waiting} (
     channel text PRIMARY KEY,
     since timestamp NOT NULL DEFAULT (statement_timestamp() AT TIME ZONE 'UTC')
 );
@@ -55,7 +56,7 @@ CREATE TABLE IF NOT EXISTS {schema}.endpoint_runtime_waiting (
 CREATE OR REPLACE FUNCTION {schema}.endpoint_runtime_notify_waiting() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, {schema}, pg_temp AS $$
 BEGIN
-    IF EXISTS (SELECT FROM endpoint_runtime_waiting WHERE channel = TG_ARGV[0]) THEN
+    IF EXISTS (SELECT FROM {waiting_name} WHERE channel = TG_ARGV[0]) THEN
         PERFORM pg_notify(TG_ARGV[0], '');
     END IF;
     RETURN NULL;
@@ -69,14 +70,14 @@ CREATE OR REPLACE TRIGGER {notify} AFTER INSERT ON {queue}
 -- mark_waiting --
 -- "INSERT 0 1" when this call made the mark (its caller then looks at the queue once more:
 -- a send committed between its empty receive and the mark notified nobody).
-INSERT INTO {schema}.endpoint_runtime_waiting (channel) VALUES ({channel})
+INSERT INTO {waiting} (channel) VALUES ({channel})
 ON CONFLICT (channel) DO NOTHING;
 
 -- clear_waiting --
-DELETE FROM {schema}.endpoint_runtime_waiting WHERE channel = {channel};
+DELETE FROM {waiting} WHERE channel = {channel};
 
 -- is_waiting --
-SELECT EXISTS (SELECT FROM {schema}.endpoint_runtime_waiting WHERE channel = {channel});
+SELECT EXISTS (SELECT FROM {waiting} WHERE channel = {channel});
 
 -- drop_notify_trigger --
 DROP TRIGGER IF EXISTS {notify} ON {queue};
