@@ -60,6 +60,12 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         installers: a deployment creates its missing queues and tables at start; ``False``:
             it runs no DDL and only checks that they exist (a role without DDL rights, see
             docs/security.md and :mod:`endpoint_runtime.database.installation`).
+        pooler_dsn: a connection pooler in transaction mode (PgBouncer ``pool_mode =
+            transaction``) in front of the same database: every pool connects through it and
+            no statement relies on the server session (no ``PREPARE``, no statement cache,
+            no session ``SET``); ``dsn`` is then used only for ``LISTEN`` (one connection per
+            deployment's peeker, which wakes its receivers through Ray) and the connection
+            budget. ``None``: every connection goes to ``dsn``. See docs/operations.md.
     """
 
     dsn: str | None = None
@@ -74,9 +80,12 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     subscription_table: str = "SubscriptionRouting"
     subscription_cache_seconds: float = 5.0
     installers: bool = True
+    pooler_dsn: str | None = None
 
     def __post_init__(self) -> None:
         check_finite(self)
+        if self.pooler_dsn is not None and not self.pooler_dsn.strip():
+            raise ConfigurationError("pooler_dsn cannot be empty (None: no pooler)")
         if self.subscription_cache_seconds < 0:
             raise ConfigurationError("subscription_cache_seconds cannot be negative")
         if self.peek_delay < MIN_PEEK_DELAY:
@@ -97,12 +106,22 @@ class TransportSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         if self.pool_max_size < 1:
             raise ConfigurationError("pool_max_size must be at least 1")
 
+    @property
+    def transaction_pooling(self) -> bool:
+        """Whether pools connect through a transaction-mode pooler (``pooler_dsn``)."""
+        return self.pooler_dsn is not None
+
+    def pool_dsn(self, direct: str) -> str:
+        """The DSN pools connect with: the pooler's, else ``direct`` (the resolved ``dsn``)."""
+        return self.pooler_dsn if self.pooler_dsn is not None else direct
+
     def __repr__(self) -> str:
         # Never show a password, even in a repr that ends up in a traceback.
         from endpoint_runtime.redaction import redact_dsn
 
         fields = {f: getattr(self, f) for f in self.__struct_fields__}
         fields["dsn"] = redact_dsn(self.dsn) if self.dsn else None
+        fields["pooler_dsn"] = redact_dsn(self.pooler_dsn) if self.pooler_dsn else None
         return f"TransportSettings({', '.join(f'{k}={v!r}' for k, v in fields.items())})"
 
 

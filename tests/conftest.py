@@ -160,3 +160,21 @@ async def transport(database_dsn: str) -> AsyncIterator[PostgresTransport]:
     settings = TransportSettings(dsn=database_dsn, pool_max_size=20)
     async with PostgresTransport.connect(settings) as transport:
         yield transport
+
+
+POOLER_SIZE = 2
+"""Server connections per database behind the tests' PgBouncer: far fewer than its clients,
+so that consecutive transactions of one client land in different server sessions."""
+
+
+@pytest.fixture(scope="module")
+def pooler(server_dsn: str) -> Iterator[Any]:
+    """A PgBouncer in transaction mode in front of the module's server
+    (``benchmarks.chaos.pooler``), :data:`POOLER_SIZE` server connections per database."""
+    from benchmarks.chaos.pooler import Pooler, available
+
+    if available() is None:
+        pytest.fail("pgbouncer is not installed: bin/dev installs Debian's package")
+    pooler = Pooler.start(server_dsn, pool_size=POOLER_SIZE)
+    yield pooler
+    pooler.stop()

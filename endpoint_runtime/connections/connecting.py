@@ -25,6 +25,7 @@ from endpoint_runtime.transport.connection import (
     DatabaseConnection,
     Home,
     QueueConnection,
+    keep_no_statements,
     pooled,
 )
 from endpoint_runtime.transport.queues import QueueInfo
@@ -36,17 +37,25 @@ log = structlog.get_logger("endpoint_runtime.connections.connecting")
 
 
 async def connect_pool(
-    dsn: str, *, min_size: int = 1, max_size: int = 10, **options: Any
+    dsn: str, *, min_size: int = 1, max_size: int = 10, transaction_pooling: bool = False,
+    **options: Any
 ) -> asyncpg.Pool:
     """An asyncpg pool of :class:`QueueConnection`; connection errors name the server with
-    its password hidden."""
+    its password hidden. ``transaction_pooling``: ``dsn`` is a transaction-mode pooler
+    (``TransportSettings.pooler_dsn``), so nothing may stay in the server session between
+    transactions: no asyncpg statement cache (its named statements would be looked for in
+    another session) and no SQL-level ``PREPARE`` (``transport.connection``)."""
     options.setdefault("connection_class", QueueConnection)
+    if transaction_pooling:
+        options["statement_cache_size"] = 0
     home = Home()
     user_init = options.pop("init", None)
 
     async def init(connection: DatabaseConnection) -> None:
         if isinstance(connection, QueueConnection):
             connection.home = home
+        if transaction_pooling:
+            keep_no_statements(connection)
         if user_init is not None:
             await user_init(connection)
 
@@ -97,8 +106,11 @@ class PostgresTransport:
         self.dsn = dsn
 
     @classmethod
-    def connect(cls, settings: TransportSettings | None = None) -> _Connecting:
-        return _Connecting(settings or TransportSettings())
+    def connect(cls, settings: TransportSettings | None = None, *,
+                direct: bool = False) -> _Connecting:
+        """Through ``settings.pooler_dsn`` when one is set, unless ``direct`` (the server
+        itself, at ``settings.dsn``: its capacity, ``pg_stat_activity``)."""
+        return _Connecting(settings or TransportSettings(), direct)
 
     async def close(self) -> None:
         """Close the pool, waiting at most :data:`POOL_CLOSE_TIMEOUT` s for connections still
@@ -162,14 +174,18 @@ class PostgresTransport:
 class _Connecting:
     """``async with PostgresTransport.connect(...)``, or ``await`` it and close it yourself."""
 
-    def __init__(self, settings: TransportSettings) -> None:
+    def __init__(self, settings: TransportSettings, direct: bool) -> None:
         self.settings = settings
+        self.direct = direct
         self.transport: PostgresTransport | None = None
 
     async def _open(self) -> PostgresTransport:
         # Starting an embedded server blocks on subprocesses: keep the event loop free.
         dsn = await asyncio.to_thread(resolve_dsn, self.settings.dsn)
-        pool = await connect_pool(dsn, max_size=self.settings.pool_max_size)
+        pooling = self.settings.transaction_pooling and not self.direct
+        pool = await connect_pool(self.settings.pool_dsn(dsn) if pooling else dsn,
+                                  max_size=self.settings.pool_max_size,
+                                  transaction_pooling=pooling)
         return PostgresTransport(pool, self.settings, dsn)
 
     def __await__(self) -> Any:

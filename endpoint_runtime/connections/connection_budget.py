@@ -4,7 +4,11 @@ Each receiver has a pool of up to ``2 x slots_per_receiver + 1`` connections (a 
 connection, the business or immediate-dispatch connection it may take beside it, one spare)
 and, with ``notify_on_send``, one LISTEN connection; the peeker has a pool of
 :data:`PEEKER_POOL_SIZE` and one LISTEN connection (shared with the delayed-message mover).
-With the defaults, 64 receivers of 4 slots may open 640 connections: far above PostgreSQL's
+Behind a transaction-mode pooler (``TransportSettings.pooler_dsn``) the pools are the
+pooler's clients and only the peeker's LISTEN connection reaches the server itself: that is
+what the check counts (the pooler's ``default_pool_size`` bounds the rest, see
+docs/operations.md). With the defaults, 64 receivers of 4 slots may open 640 connections: far
+above PostgreSQL's
 default ``max_connections`` of 100. When connections run out, receivers fail to start and the
 peeker relaunches them every peek cycle, so a deployment that cannot fit fails at start
 instead, with a :class:`~endpoint_runtime.errors.ConfigurationError` that names the numbers.
@@ -57,18 +61,34 @@ class ConnectionBudget(msgspec.Struct, frozen=True, kw_only=True):
     per_receiver: int
     peeker: int
 
+    pooled_per_receiver: int = 0
+    """Behind a transaction-mode pooler: a receiver's pool, which connects to the pooler."""
+    pooled_peeker: int = 0
+
     @classmethod
     def of(cls, settings: EndpointSettings) -> ConnectionBudget:
+        """The connections to the server itself (``transport.dsn``). Behind a
+        transaction-mode pooler (``transport.pooler_dsn``) that is only the peeker's LISTEN
+        connection; the pools are the pooler's clients (:attr:`pooled_worst_case`), and the
+        pooler's own pool size bounds what they take of the server."""
+        receivers = max(settings.max_receivers, settings.min_receivers)
+        pool = receiver_pool_size(settings.slots_per_receiver)
+        if settings.transport.transaction_pooling:
+            return cls(receivers=receivers, per_receiver=0, peeker=1,
+                       pooled_per_receiver=pool, pooled_peeker=PEEKER_POOL_SIZE)
         listen = 1 if settings.transport.notify_on_send else 0
-        return cls(
-            receivers=max(settings.max_receivers, settings.min_receivers),
-            per_receiver=receiver_pool_size(settings.slots_per_receiver) + listen,
-            peeker=PEEKER_POOL_SIZE + 1,
-        )
+        return cls(receivers=receivers, per_receiver=pool + listen, peeker=PEEKER_POOL_SIZE + 1)
 
     @property
     def worst_case(self) -> int:
+        """The most connections to the server itself."""
         return self.receivers * self.per_receiver + self.peeker
+
+    @property
+    def pooled_worst_case(self) -> int:
+        """The most client connections to the pooler (0 without one): what its
+        ``max_client_conn`` must leave room for."""
+        return self.receivers * self.pooled_per_receiver + self.pooled_peeker
 
 
 def receiver_pool_size(slots_per_receiver: int) -> int:
@@ -142,6 +162,10 @@ async def check_connection_budget(
     attempt would pass helps nobody. One that would not fit beside no other deployment is
     refused at once."""
     budget = ConnectionBudget.of(settings)
+    if budget.pooled_worst_case:
+        log.info("pooler_client_connections", endpoint=endpoint,
+                 worst_case=budget.pooled_worst_case, direct=budget.worst_case,
+                 hint="the pooler's max_client_conn must leave room for them")
     started = time.monotonic()
     said = float("-inf")
     while True:
@@ -171,6 +195,13 @@ def _refusal(budget: ConnectionBudget, capacity: ServerCapacity, settings: Endpo
     """The error's text; ``waited``: seconds waited for other deployments (``None``: it
     would not fit beside no other deployment, so it did not wait)."""
     slots = settings.slots_per_receiver
+    if budget.per_receiver == 0:  # behind a pooler: the LISTEN connection alone
+        return (f"endpoint {endpoint!r} needs {budget.worst_case} direct PostgreSQL connection "
+                f"(its peeker's LISTEN; the pools go through the pooler), but the server has "
+                f"{capacity.available} left (max_connections {capacity.max_connections}, "
+                f"{capacity.in_use} in use, {capacity.claimed} that {capacity.deployments} "
+                "running deployments may open). Raise the server's max_connections or the "
+                "pooler's share of it")
     listen = " + 1 LISTEN" if settings.transport.notify_on_send else ""
     fitting = max(0, (capacity.available - budget.peeker) // budget.per_receiver)
     after = (f" after waiting {waited:.0f} s (connection_budget_wait) for them to release "

@@ -226,7 +226,8 @@ async def deployment_config(
         tracing.check()  # here, not in each receiver as it starts
     if before_budget is not None:
         await before_budget(settings)
-    async with (PostgresTransport.connect(settings.transport) as transport,
+    # On the server itself, not through a pooler: its capacity and pg_stat_activity.
+    async with (PostgresTransport.connect(settings.transport, direct=True) as transport,
                 transport.pool.acquire() as connection):  # before anything is created
         await check_connection_budget(connection, settings, endpoint=endpoint.name)
     if not prepared:

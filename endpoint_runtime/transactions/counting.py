@@ -28,7 +28,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import re
 
 import asyncpg
 
@@ -36,14 +35,11 @@ from endpoint_runtime.errors import CommittedCountsFailedError
 from endpoint_runtime.transport import sql
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
 from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
-from endpoint_runtime.transport.literals import text_literal
+from endpoint_runtime.transport.literals import inline_parameters, text_literal
 from endpoint_runtime.transport.queues import ddl_lock
 
 COUNT_PARAMETER_TYPES = "text, text, integer, bigint, bigint"
 COUNTS_TABLE_SUFFIX = "_CommittedCounts"
-_PARAMETER = re.compile(r"\$(\d)")
-
-
 def counts_table(endpoint: QueueAddress) -> QueueAddress:
     """The committed-counts table of the endpoint whose queue is ``endpoint``."""
     return QueueAddress(endpoint.derived_name(COUNTS_TABLE_SUFFIX), endpoint.schema)
@@ -100,9 +96,8 @@ class SlotCounts:
             return ""
         name = await prepared_name(connection, self._count, COUNT_PARAMETER_TYPES)
         literals = [*self._literals, str(int(processed)), str(int(failed))]
-        if name is None:  # a connection that does not track its prepared statements
-            text = _PARAMETER.sub(lambda m: literals[int(m.group(1)) - 1], self._count)
-            return text.strip().rstrip(";")
+        if name is None:  # a connection that keeps no prepared statements (a pooler)
+            return inline_parameters(self._count, literals).strip().rstrip(";")
         return f"EXECUTE {name}({', '.join(literals)})"
 
 

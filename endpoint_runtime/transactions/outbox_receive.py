@@ -50,6 +50,7 @@ from endpoint_runtime.transport.connection import (
     DatabaseConnection,
     in_transaction,
     is_lost,
+    keeps_session,
 )
 from endpoint_runtime.transport.receiving import Received
 from endpoint_runtime.transport.savepoints import OpenTransactionConnection
@@ -155,9 +156,11 @@ class OutboxSlot(ReceiveSlot):
         dispatches made there) may commit without waiting for its WAL flush. If a crash loses
         it, it is lost whole: its messages come back, find their records, are dispatched if
         they were not, and acked. The business transaction, on the other connection, stays
-        synchronous. RESET when the slot returns the connection to the pool."""
+        synchronous. RESET when the slot returns the connection to the pool. Behind a
+        transaction-mode pooler the session is not the slot's own (the setting would reach
+        other clients' transactions): acks stay synchronous there."""
         if not in_transaction(self.connection):
-            if not self._strategy.settings.synchronous_acks:
+            if not self._strategy.settings.synchronous_acks and keeps_session(self.connection):
                 await self.connection.execute("SET synchronous_commit = off")
             await self.business_connection()
 

@@ -4,7 +4,9 @@ SQL-level prepared statements (``PREPARE``) its server session holds.
 Such a statement is run as ``EXECUTE name(literal values)``, a short text that can travel with
 other statements in one simple query (e.g. just before COMMIT), while the server parses and
 plans the statement itself only once per session. ``DISCARD ALL`` or ``DEALLOCATE ALL`` on the
-connection, or a pooler that moves sessions between clients, would break this bookkeeping.
+connection, or a pooler that moves sessions between clients, would break this bookkeeping:
+behind a transaction-mode pooler a connection keeps no statements (:func:`keep_no_statements`)
+and the same texts travel with their values written in (``literals.inline_parameters``).
 
 A statement is prepared per queue, and the queues a process sends to come from its messages
 (reply addresses): a connection keeps at most :data:`MAX_PREPARED_STATEMENTS` of them, the
@@ -161,15 +163,32 @@ class Home:
 class QueueConnection(asyncpg.Connection):
     """Also keeps, per queue, where its receives start (``receiving.ReceivePosition``)."""
 
-    __slots__ = ("home", "receive_positions", "sql_prepared", "verified_queues")
+    __slots__ = ("home", "keeps_session", "receive_positions", "sql_prepared", "verified_queues")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.home = Home()  # connect_pool() puts the pool it belongs to here
         # name -> None, least recently used first
-        self.sql_prepared: OrderedDict[str, None] = OrderedDict()
+        self.sql_prepared: OrderedDict[str, None] | None = OrderedDict()
+        self.keeps_session = True  # False behind a transaction-mode pooler
         self.receive_positions: dict[Any, Any] = {}
         self.verified_queues = BoundedSet(MAX_VERIFIED_QUEUES)
+
+
+def keep_no_statements(connection: DatabaseConnection) -> None:
+    """``connection`` goes through a transaction-mode pooler, where the next transaction may
+    run in another server session: it prepares nothing (:func:`prepared_name` gives ``None``,
+    and its callers write the values into the statement instead)."""
+    if isinstance(connection, QueueConnection):
+        connection.sql_prepared = None
+        connection.keeps_session = False
+
+
+def keeps_session(connection: DatabaseConnection) -> bool:
+    """Whether what ``connection`` leaves in its server session (``SET``, ``PREPARE``) stays
+    its own: ``False`` behind a transaction-mode pooler (see :func:`keep_no_statements`),
+    where another client's next transaction may run in that session."""
+    return getattr(connection, "keeps_session", True)
 
 
 async def prepared_name(

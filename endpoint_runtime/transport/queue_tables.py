@@ -31,7 +31,7 @@ import asyncpg
 from endpoint_runtime.errors import NotAQueueError, QueueNotFoundError
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress
-from endpoint_runtime.transport.connection import raise_as_loss_if_lost
+from endpoint_runtime.transport.connection import keeps_session, raise_as_loss_if_lost
 
 
 @functools.cache
@@ -61,7 +61,12 @@ async def ensure_queue_table(
     # Through the pool when the connection has one: the check must not depend on the state of
     # the connection's transaction (a handler may have caught an error that aborted it, and
     # in receive-only mode its sends still go, on other connections).
-    if home is None or home.pool is None:
+    if home is None or home.pool is None or not keeps_session(connection):
+        # Behind a transaction-mode pooler (no session kept) a second connection of the pool
+        # would need a second server connection while this one may hold the receive
+        # transaction: slots that all wait for one would wait for ever. The check runs here;
+        # a transaction that a handler left aborted fails it, and so the send, as its COMMIT
+        # would.
         row = await connection.fetchrow(_check_statement(), address.schema, address.table)
     else:
         async with home.pool.acquire() as pooled:

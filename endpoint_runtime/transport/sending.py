@@ -12,7 +12,12 @@ from endpoint_runtime.errors import QueueNotFoundError
 from endpoint_runtime.transport import statements
 from endpoint_runtime.transport.addresses import QueueAddress
 from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
-from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
+from endpoint_runtime.transport.literals import (
+    bytea_literal,
+    float_literal,
+    inline_parameters,
+    text_literal,
+)
 from endpoint_runtime.wire.messages import (
     Headers,
     OutgoingMessage,
@@ -59,27 +64,26 @@ async def send(executor: Executor, address: QueueAddress, message: OutgoingMessa
 async def send_statement(
     connection: DatabaseConnection, address: QueueAddress, message: OutgoingMessage
 ) -> str | None:
-    """The send as ``EXECUTE name(literal values)``: a statement that can travel with others
-    (e.g. just before COMMIT) in one simple query; the INSERT is prepared once per session
-    (see ``transport.connection``). ``None`` when the connection does not track its
-    session's statements or the message is too large to pay."""
+    """The send as a statement that can travel with others (e.g. just before COMMIT) in one
+    simple query: ``EXECUTE name(literal values)``, the INSERT prepared once per session (see
+    ``transport.connection``), or, on a connection that keeps no prepared statements (behind
+    a transaction-mode pooler), the INSERT itself with the values written in. ``None`` when
+    the message is too large to pay."""
     headers = encode_headers(message.headers)
     if len(headers) + len(message.body) > STATEMENT_SIZE_LIMIT:
         return None
+    statement = statements.for_queue(address)["send"]
     try:
-        name = await prepared_name(
-            connection, statements.for_queue(address)["send"], "uuid, float8, text, bytea"
-        )
+        name = await prepared_name(connection, statement, "uuid, float8, text, bytea")
     except asyncpg.UndefinedTableError as exc:
         raise QueueNotFoundError(str(address)) from exc
-    if name is None:
-        return None
     ttbr = message.time_to_be_received
-    return (
-        f"EXECUTE {name}({text_literal(str(_native_id(message)))}, "
-        f"{'NULL' if ttbr is None else float_literal(ttbr)}, "
-        f"{text_literal(headers)}, {bytea_literal(message.body)})"
-    )
+    values = (text_literal(str(_native_id(message))),
+              "NULL" if ttbr is None else float_literal(ttbr),
+              text_literal(headers), bytea_literal(message.body))
+    if name is None:
+        return inline_parameters(statement, values).strip().rstrip(";")
+    return f"EXECUTE {name}({', '.join(values)})"
 
 
 async def send_many(

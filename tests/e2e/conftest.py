@@ -119,13 +119,14 @@ class Deployer:
 
     async def start(
         self, name: str, *, peek_delay: float = PEEK_DELAY, module: str = ENDPOINTS_MODULE,
-        **overrides: Any,
+        pooler_dsn: str | None = None, **overrides: Any,
     ) -> Deployment:
         overrides.setdefault("stop_timeout", STOP_TIMEOUT)
         kind = InProcessDeployment if self.in_process else EndpointDeployment
         deployment = await kind.start(
             f"{module}:{name}",
-            transport=TransportSettings(dsn=self.dsn, peek_delay=peek_delay),
+            transport=TransportSettings(dsn=self.dsn, peek_delay=peek_delay,
+                                        pooler_dsn=pooler_dsn),
             **overrides,
         )
         self._running.append(deployment)

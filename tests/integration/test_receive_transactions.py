@@ -192,16 +192,28 @@ async def test_a_large_message_goes_as_parameters_and_keeps_the_order(
     assert [(done.n, len(done.padding)) for done in sent] == [(10, size), (11, 0)]
 
 
-async def test_send_statement_needs_a_connection_that_tracks_its_statements(
+async def test_send_statement_is_prepared_where_the_connection_tracks_its_statements(
     transport: PostgresTransport, database_dsn: str,
 ) -> None:
+    """A connection that tracks its session's statements gets ``EXECUTE`` of a prepared
+    INSERT; any other (a plain connection, one behind a transaction-mode pooler) gets the
+    INSERT with the values written in, which prepares nothing in its session."""
     address = await transport.create_queue("ledger_out")
     message = create_outgoing(Done(1))
     plain = await asyncpg.connect(database_dsn)
     try:
-        assert await sending.send_statement(plain, address, message) is None
+        inline = await sending.send_statement(plain, address, message)
+        assert inline is not None
+        assert inline.startswith("INSERT INTO")
+        await plain.execute(inline)
+        assert await plain.fetchval(
+            "SELECT count(*) FROM pg_prepared_statements WHERE from_sql") == 0
     finally:
         await plain.close()
+    inlined = await transport.receive("ledger_out")
+    assert isinstance(inlined, TransportMessage)
+    assert inlined.headers == message.headers
+    assert inlined.body == message.body
 
     async with transport.pool.acquire() as connection:  # the transport's pools track them
         statement = await sending.send_statement(connection, address, message)

@@ -57,7 +57,12 @@ from endpoint_runtime.transport.connection import (
     is_lost,
     prepared_name,
 )
-from endpoint_runtime.transport.literals import bytea_literal, float_literal, text_literal
+from endpoint_runtime.transport.literals import (
+    bytea_literal,
+    float_literal,
+    inline_parameters,
+    text_literal,
+)
 from endpoint_runtime.transport.sending import STATEMENT_SIZE_LIMIT, Executor, row_id
 from endpoint_runtime.wire.messages import OutgoingMessage, encode_headers
 
@@ -224,7 +229,8 @@ class OutboxStep:
         one prepared statement with literal values. It commits without waiting for its WAL
         flush (lost in a crash, it is lost with every later ack: the message comes back and
         is dispatched then). ``None`` when it cannot go that way (several queues, delayed
-        operations, large messages, a connection that tracks no prepared statements)."""
+        operations, large messages). Behind a transaction-mode pooler the statement carries its
+        values itself (no prepared statement)."""
         if not self._dispatch_in_one_statement(operations):
             return None
         ids = [row_id(o.message_id) for o in operations]
@@ -241,19 +247,18 @@ class OutboxStep:
             # The failed PREPARE aborted the business transaction: the message fails here,
             # naming the queue (else the record's INSERT would only say "aborted").
             raise QueueNotFoundError(str(destination)) from exc
-        if name is None:
-            return None
         asynchronous = ("" if self.settings.synchronous_acks
                         else "SET LOCAL synchronous_commit = off; ")
-        return (
-            f"BEGIN; {asynchronous}"
-            f"SET LOCAL lock_timeout = '{DISPATCH_LOCK_TIMEOUT}'; "
-            f"EXECUTE {name}({text_literal(message_id)}, "
-            f"{_array(text_literal(str(i)) for i in ids)}::uuid[], "
-            f"{_array('NULL' if t is None else float_literal(t) for t in ttbrs)}::float8[], "
-            f"{_array(text_literal(h) for h in headers)}::text[], "
-            f"{_array(bytea_literal(b) for b in bodies)}::bytea[]); COMMIT"
-        )
+        values = (text_literal(message_id),
+                  f"{_array(text_literal(str(i)) for i in ids)}::uuid[]",
+                  f"{_array('NULL' if t is None else float_literal(t) for t in ttbrs)}::float8[]",
+                  f"{_array(text_literal(h) for h in headers)}::text[]",
+                  f"{_array(bytea_literal(b) for b in bodies)}::bytea[]")
+        statement = (inline_parameters(self.storage.dispatch_and_mark(destination), values)
+                     .strip().rstrip(";") if name is None
+                     else f"EXECUTE {name}({', '.join(values)})")
+        return (f"BEGIN; {asynchronous}SET LOCAL lock_timeout = '{DISPATCH_LOCK_TIMEOUT}'; "
+                f"{statement}; COMMIT")
 
     async def dispatch(self, connection: Executor, message_id: str) -> None:
         """Dispatch a stored record's operations and mark it dispatched, once."""

@@ -24,7 +24,7 @@ from endpoint_runtime.settings import EndpointSettings, OutboxSettings
 from endpoint_runtime.transport import sql, statements
 from endpoint_runtime.transport.addresses import QueueAddress, quote_identifier
 from endpoint_runtime.transport.connection import DatabaseConnection, prepared_name
-from endpoint_runtime.transport.literals import text_literal
+from endpoint_runtime.transport.literals import inline_parameters, text_literal
 from endpoint_runtime.transport.queues import ddl_lock
 from endpoint_runtime.wire.messages import OutgoingMessage
 
@@ -152,20 +152,16 @@ class OutboxStorage:
         self, connection: DatabaseConnection, block: str, values: list[str], *,
         before: str | None = None, then: str | None = None,
     ) -> str:
-        """``before``; the statement ``block`` with ``values``; ``then``: as one simple query
-        (the statement prepared once per session, see ``transport.connection``), or as one
-        round trip each on a connection that does not track prepared statements."""
+        """``before``; the statement ``block`` with ``values``; ``then``: as one simple query,
+        the statement prepared once per session (see ``transport.connection``) or, on a
+        connection that keeps no prepared statements (behind a transaction-mode pooler), with
+        its values written in."""
         statement = self.sql[block]
-        if getattr(connection, "sql_prepared", None) is None:
-            if before is not None:
-                await connection.execute(before)
-            status: str = await connection.execute(statement, *values)
-            if then is not None:
-                await connection.execute(then)
-            return status
+        literals = [text_literal(value) for value in values]
         name = await prepared_name(connection, statement, ", ".join(["text"] * len(values)))
-        execute = f"EXECUTE {name}({', '.join(map(text_literal, values))})"
-        status = await connection.execute(
+        execute = (inline_parameters(statement, literals).strip().rstrip(";") if name is None
+                   else f"EXECUTE {name}({', '.join(literals)})")
+        status: str = await connection.execute(
             "; ".join(part for part in (before, execute, then) if part is not None)
         )
         return status
@@ -196,9 +192,9 @@ def _index_name(table: QueueAddress, column: str) -> str:
 class OutboxCleaner:
     """Deletes dispatched records older than the retention, in batches until none are left.
 
-    Scaled-out deployments compete for a session-level advisory lock per outbox table, so
-    only one instance cleans at a time (the others skip that round). Ten failed rounds in a
-    row raise the critical error.
+    Scaled-out deployments compete for an advisory lock per outbox table, taken by each
+    batch's transaction, so only one instance cleans at a time (the others skip that round).
+    Ten failed rounds in a row raise the critical error.
     """
 
     def __init__(
@@ -214,26 +210,30 @@ class OutboxCleaner:
         self.failures_in_a_row = 0
 
     async def clean_once(self) -> int | None:
-        """One cleanup round; ``None`` when another instance holds the cleanup lock."""
+        """One cleanup round; ``None`` when another instance holds the cleanup lock.
+
+        Each batch is a transaction of its own that takes the lock for itself (a
+        transaction-level advisory lock, released at its commit): nothing stays in the server
+        session, so the cleanup works the same behind a transaction-mode pooler, and a
+        cleaner that dies holds nothing."""
+        total = 0
         async with self._pool.acquire() as connection:
-            locked = await connection.fetchval("SELECT pg_try_advisory_lock($1)",
-                                               self.storage.lock_key)
-            if not locked:
-                return None
-            try:
-                total = 0
-                while True:
+            while True:
+                async with connection.transaction():
+                    if not await connection.fetchval("SELECT pg_try_advisory_xact_lock($1)",
+                                                     self.storage.lock_key):
+                        if total == 0:
+                            return None
+                        break  # another instance goes on from here
                     status: str = await connection.execute(
                         self.storage.sql["cleanup_batch"],
                         self.settings.keep_deduplication_data_for,
                         self.settings.cleanup_batch_size,
                     )
-                    deleted = int(status.rsplit(" ", 1)[-1])
-                    total += deleted
-                    if deleted < self.settings.cleanup_batch_size:
-                        break
-            finally:
-                await connection.execute("SELECT pg_advisory_unlock($1)", self.storage.lock_key)
+                deleted = int(status.rsplit(" ", 1)[-1])
+                total += deleted
+                if deleted < self.settings.cleanup_batch_size:
+                    break
         self.deleted += total
         return total
 

@@ -85,6 +85,7 @@ class Peeker:
         """With ``settings.tracing``: this process's OpenTelemetry SDK (the queue length)."""
         self._idle_since = time.monotonic()
         self._wake = asyncio.Event()
+        self._woken: set[asyncio.Future[Any]] = set()  # wake-ups fanned out, not answered yet
         self._stopping = False
         self._replaced = 0
         self._unresponsive: set[str] = set()
@@ -168,13 +169,19 @@ class Peeker:
             self._telemetry = start_peeker_telemetry(
                 self.config.endpoint_name, str(self.config.address), self._metrics,
                 environment=self.config.otel_environment)
-        self._pool = await connect_pool(self.config.dsn, min_size=1, max_size=PEEKER_POOL_SIZE)
-        # One LISTEN connection for the peeker and the mover: PostgreSQL signals every
-        # listening backend on each NOTIFY in the database, so fewer listeners cost less.
+        transport = self.settings.transport
+        self._pool = await connect_pool(transport.pool_dsn(self.config.dsn), min_size=1,
+                                        max_size=PEEKER_POOL_SIZE,
+                                        transaction_pooling=transport.transaction_pooling)
+        # One LISTEN connection for the peeker and the mover, always to the server itself (a
+        # transaction-mode pooler cannot carry LISTEN): PostgreSQL signals every listening
+        # backend on each NOTIFY in the database, so fewer listeners cost less.
         self._listener = Listener(self.config.dsn)
         await self._listener.start()
-        if self.settings.transport.notify_on_send:
-            await self._listener.listen(self.config.address.notify_channel, self._wake.set)
+        if transport.notify_on_send:
+            await self._listener.listen(
+                self.config.address.notify_channel,
+                self._fan_out_wake_up if transport.transaction_pooling else self._wake.set)
         await self._background.start(self.config, self.settings, self._pool, self._listener,
                                      self.on_critical_error, self._critical_error_maybe_over)
         async with self._lock:
@@ -384,6 +391,24 @@ class Peeker:
     async def _set_allowance(self, handle: ReceiverHandle, allowance: int) -> None:
         await self._hosting.call(handle, "set_allowance", allowance)
         handle.allowance = allowance
+
+    def _fan_out_wake_up(self) -> None:
+        """A NOTIFY behind a transaction-mode pooler, where receivers do not listen: wake one
+        slot of each receiver that has room, through Ray (control only: the receivers take
+        the messages from PostgreSQL), and peek at once."""
+        self._wake.set()
+        for handle in self._receivers:
+            if handle.allowance > 0 and (handle.last is None
+                                         or handle.last.slots < handle.allowance):
+                call = asyncio.ensure_future(self._hosting.call(handle, "wake", 1))
+                self._woken.add(call)
+                call.add_done_callback(self._wake_up_answered)
+
+    def _wake_up_answered(self, call: asyncio.Future[Any]) -> None:
+        self._woken.discard(call)
+        if not call.cancelled() and call.exception() is not None:
+            # A receiver that died is found and replaced by the next cycle's status calls.
+            log.debug("wake_up_failed", error=repr(call.exception())[:200])
 
     async def _wake_idle(self) -> None:
         share = max(1, -(-self._estimate // max(1, len(self._receivers))))

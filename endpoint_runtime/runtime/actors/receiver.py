@@ -188,11 +188,19 @@ class Receiver:
         settings = self.config.settings
         endpoint = self._endpoint = load_endpoint(self.config.endpoint_path)
         max_slots = settings.slots_per_receiver
+        transport = settings.transport
         self._pool = await connect_pool(
-            self.config.dsn, min_size=1, max_size=receiver_pool_size(max_slots)
+            transport.pool_dsn(self.config.dsn), min_size=1,
+            max_size=receiver_pool_size(max_slots),
+            transaction_pooling=transport.transaction_pooling,
         )
-        if settings.transport.notify_on_send:
-            await self._listen(endpoint)
+        if transport.notify_on_send:
+            if transport.transaction_pooling:
+                # LISTEN cannot go through the pooler: the peeker, which listens on a direct
+                # connection, wakes this receiver through Ray (its ``wake``).
+                self._waiting = Waiting(endpoint.address)
+            else:
+                await self._listen(endpoint)
         structlog.contextvars.bind_contextvars(endpoint=endpoint.name)
         # The ids of the messages in the steps, in a file that outlives this process: one
         # memory write when a message enters the crash-ledger step and one when it leaves.
