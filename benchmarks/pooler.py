@@ -8,6 +8,11 @@ one sink row per message, in the receive transaction):
 
 - ``lean_direct``: the leanest asyncpg loop (receive, insert, commit) on ``--pool-size``
   direct connections: the raw-PostgreSQL baseline;
+- ``lean_pooled_asyncpg``: the same loop on as many connections through the pooler, with
+  asyncpg's statement cache off as its docs ask for PgBouncer (two round trips a statement);
+- ``lean_pooled``: the same through the pooler on the runtime's connection class, which keeps
+  each statement's description (one round trip a statement, as the runtime's pools behind a
+  pooler): what the pooler leaves of the baseline;
 - ``runtime_direct``: the atomic endpoint deployed on Ray with ``--pool-size`` slots on
   direct connections (its receivers' pools and LISTEN connections go to the server);
 - ``runtime_pooled``: the same endpoint with ``--slots`` slots (``--receivers`` receivers)
@@ -37,7 +42,7 @@ import psutil
 
 from benchmarks.chaos.pooler import Pooler
 from benchmarks.common import median, progress, run_benchmark, throwaway_database
-from benchmarks.scaleout.limits import LeanLoopSide
+from benchmarks.scaleout.limits import LeanLoopSide, counted, prepare
 from benchmarks.scaleout.peers.sink import (
     COUNT_SINK,
     CREATE_SINK,
@@ -53,9 +58,11 @@ from endpoint_runtime.runtime.actors.cluster import ensure_ray
 from endpoint_runtime.runtime.deployment import EndpointDeployment
 from endpoint_runtime.settings import TransportSettings
 from endpoint_runtime.transport import QueueAddress, sending
+from endpoint_runtime.transport.connection import QueueConnection, keep_no_statements
 from endpoint_runtime.transport.waiting import Waiting
 
-LAYOUTS = ("lean_direct", "runtime_direct", "runtime_pooled")
+LAYOUTS = ("lean_direct", "lean_pooled_asyncpg", "lean_pooled", "runtime_direct",
+           "runtime_pooled")
 SAMPLE_S = 0.05
 WAKE_TIMEOUT_S = 30.0
 
@@ -116,6 +123,12 @@ class Runtime:
             finally:
                 await pool.close()
 
+    def _pooler_cpu(self) -> float:
+        if self.pooler is None:
+            return 0.0
+        times = psutil.Process(self.pooler.pid).cpu_times()
+        return float(times.user + times.system)
+
     async def _measure(self, pool: asyncpg.Pool, deployment: EndpointDeployment,
                        clock: DatabaseClock, messages: int, wakeups: int) -> dict[str, Any]:
         queue = QueueAddress(deployment.config.endpoint_name)
@@ -129,11 +142,13 @@ class Runtime:
                 await asyncio.sleep(SAMPLE_S)
 
         watcher = asyncio.get_running_loop().create_task(watch())
+        pooler_cpu = self._pooler_cpu()
         try:
             visible = await load_backlog(pool, queue, job_messages(messages, 100, clock))
             done = await wait_for_rows(pool, messages, 120 + messages / 50)
         finally:
             watcher.cancel()
+        pooler_cpu = self._pooler_cpu() - pooler_cpu
         row = await pool.fetchrow(COUNT_SINK)
         figures: dict[str, Any] = {
             "msgs_per_s": round(messages / (done - visible), 1),
@@ -142,6 +157,8 @@ class Runtime:
         }
         if seen:
             figures["server_connections_max"] = max(seen)
+            # The pooler's own CPU (user + system) per message, the backlog's load included.
+            figures["pooler_cpu_us_per_message"] = round(pooler_cpu / messages * 1e6, 1)
         await pool.execute("TRUNCATE scaleout_sink")
         for key in range(wakeups):
             await _wait_until(lambda: waiting.is_waiting(pool), "the mark after a wake-up")
@@ -153,6 +170,34 @@ class Runtime:
             rows = await pool.fetch(LATENCIES)
             figures["wakeup_ms"] = summarize_latency([r["to_start_ms"] for r in rows])
         return figures
+
+
+async def lean_pooled(dsn: str, pooler: Pooler, messages: int, connections: int, *,
+                      described: bool) -> dict[str, Any]:
+    """The lean loop of ``lean_direct`` with its connections through the pooler;
+    ``described``: on :class:`QueueConnection`, which keeps each statement's description."""
+    options: dict[str, Any] = {"statement_cache_size": 0}
+    if described:
+        options["connection_class"] = QueueConnection
+    load = Load(messages=messages, concurrency=connections)
+    lean = LeanLoopSide("lean_pooled")
+    async with throwaway_database(dsn, prefix="er_pooler_lean") as database:
+        database_dsn = with_database(dsn, database)
+        pool = await prepare(database_dsn, load)
+        opened = [await asyncpg.connect(pooler.for_dsn(database_dsn), **options)
+                  for _ in range(connections)]
+        for connection in opened:
+            keep_no_statements(connection)
+        try:
+            started = time.perf_counter()
+            await asyncio.gather(*(lean._one_by_one(c) for c in opened))
+            seconds = time.perf_counter() - started
+            handled, duplicates = await counted(pool)
+        finally:
+            await asyncio.gather(*(c.close() for c in opened))
+            await pool.close()
+    return {"msgs_per_s": round(handled / seconds, 1), "handled": handled,
+            "duplicates": duplicates}
 
 
 async def _wait_until(condition: Any, what: str, timeout: float = WAKE_TIMEOUT_S) -> None:  # noqa: ASYNC109
@@ -184,6 +229,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     figures: dict[str, Any] = {"msgs_per_s": round(result.msgs_per_s, 1),
                                                "handled": result.handled,
                                                "duplicates": result.duplicates}
+                elif layout.startswith("lean_pooled"):
+                    figures = await lean_pooled(dsn, pooler, messages, args.pool_size,
+                                                described=layout == "lean_pooled")
                 else:
                     figures = await sides[layout].drain(messages, wakeups)
                 measured[layout].append(figures)
@@ -196,7 +244,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
              for layout, results in measured.items()}
     wakeup = {layout: {q: median([r["wakeup_ms"][q] for r in results if "wakeup_ms" in r])
                        for q in ("p50", "p99")}
-              for layout, results in measured.items() if layout != "lean_direct" and wakeups}
+              for layout, results in measured.items()
+              if layout.startswith("runtime") and wakeups}
     pooled = measured["runtime_pooled"]
     return {
         "benchmark": "pooler",
@@ -211,8 +260,14 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "pooled_vs_direct": round(rates["runtime_pooled"] / rates["runtime_direct"], 3),
         "pooled_vs_lean_direct": round(rates["runtime_pooled"] / rates["lean_direct"], 3),
         "direct_vs_lean_direct": round(rates["runtime_direct"] / rates["lean_direct"], 3),
+        "lean_pooled_vs_lean_direct": round(rates["lean_pooled"] / rates["lean_direct"], 3),
+        "pooled_vs_lean_pooled": round(rates["runtime_pooled"] / rates["lean_pooled"], 3),
+        "lean_pooled_asyncpg_vs_lean_direct": round(rates["lean_pooled_asyncpg"]
+                                                    / rates["lean_direct"], 3),
         "pooled_server_connections_max": max(r.get("server_connections_max", 0)
                                              for r in pooled),
+        "pooler_cpu_us_per_message_median": median([r["pooler_cpu_us_per_message"]
+                                                    for r in pooled]),
         "wakeup_ms_median": wakeup,
         "all_handled_once": all(r["handled"] == messages and r["duplicates"] == 0
                                 for results in measured.values() for r in results),

@@ -52,7 +52,7 @@ async def connect_pool(
     user_init = options.pop("init", None)
 
     async def init(connection: DatabaseConnection) -> None:
-        if isinstance(connection, QueueConnection):
+        if issubclass(type(connection), QueueConnection):  # (isinstance is true of any)
             connection.home = home
         if transaction_pooling:
             keep_no_statements(connection)

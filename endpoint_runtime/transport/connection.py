@@ -160,10 +160,16 @@ class Home:
         self.pool = pool
 
 
+MAX_UNNAMED_STATEMENTS = 256
+"""Described statements a connection behind a transaction-mode pooler keeps (see
+:meth:`QueueConnection._get_statement`)."""
+
+
 class QueueConnection(asyncpg.Connection):
     """Also keeps, per queue, where its receives start (``receiving.ReceivePosition``)."""
 
-    __slots__ = ("home", "keeps_session", "receive_positions", "sql_prepared", "verified_queues")
+    __slots__ = ("described", "home", "keeps_session", "receive_positions", "sql_prepared",
+                 "verified_queues")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -171,15 +177,43 @@ class QueueConnection(asyncpg.Connection):
         # name -> None, least recently used first
         self.sql_prepared: OrderedDict[str, None] | None = OrderedDict()
         self.keeps_session = True  # False behind a transaction-mode pooler
+        self.described: OrderedDict[Hashable, Any] = OrderedDict()
         self.receive_positions: dict[Any, Any] = {}
         self.verified_queues = BoundedSet(MAX_VERIFIED_QUEUES)
+
+    # asyncpg's own (private, untyped in its stubs) hook between a query and its execution.
+    async def _get_statement(self, query: str, timeout: float | None,  # noqa: ASYNC109
+                             **options: Any) -> Any:
+        """Behind a transaction-mode pooler (no statement cache): the statement asyncpg
+        described the first time, again. Without a cache asyncpg describes a query on every
+        execution (Parse, Describe, Sync: a round trip) and then sends it again, as an unnamed
+        statement marked unprepared, with its Bind and Execute (Parse, Bind, Execute, Sync).
+        That second message alone needs nothing from the server session, so a statement kept
+        here costs one round trip per execution instead of two, in whatever server session
+        the pooler gives it; the server parses it each time, as it does without a pooler's
+        cache. asyncpg's own statement cache stays what it is for connections that keep their
+        session."""
+        if self.keeps_session or options.get("named") or not options.get("use_cache", True):
+            return await super()._get_statement(  # type: ignore[misc]
+                query, timeout, **options)
+        key = (query, options.get("record_class"), options.get("ignore_custom_codec", False))
+        state = self.described.get(key)
+        if state is not None and not state.closed:
+            self.described.move_to_end(key)
+            return state
+        state = await super()._get_statement(query, timeout, **options)  # type: ignore[misc]
+        if not state.name and not state.prepared:  # re-parsed at each execution
+            self.described[key] = state
+            if len(self.described) > MAX_UNNAMED_STATEMENTS:
+                self.described.popitem(last=False)
+        return state
 
 
 def keep_no_statements(connection: DatabaseConnection) -> None:
     """``connection`` goes through a transaction-mode pooler, where the next transaction may
     run in another server session: it prepares nothing (:func:`prepared_name` gives ``None``,
     and its callers write the values into the statement instead)."""
-    if isinstance(connection, QueueConnection):
+    if issubclass(type(connection), QueueConnection):  # asyncpg says isinstance of any
         connection.sql_prepared = None
         connection.keeps_session = False
 

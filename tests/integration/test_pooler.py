@@ -22,7 +22,11 @@ import pytest
 from endpoint_runtime import Endpoint, HandlerContext, TransportSettings
 from endpoint_runtime.chain.outgoing import create_outgoing
 from endpoint_runtime.connections.connecting import PostgresTransport
-from endpoint_runtime.transport.connection import keeps_session
+from endpoint_runtime.transport.connection import (
+    QueueConnection,
+    keep_no_statements,
+    keeps_session,
+)
 from tests.conftest import POOLER_SIZE
 from tests.support.draining import ATTEMPTS_TABLES, attempts_by_message, prepare, received_all
 from tests.support.modes import MODES
@@ -101,6 +105,31 @@ async def test_session_statements_fail_through_the_pooler(pooler: object,
             assert held == prepared_in  # B took the session A just left
             with pytest.raises(asyncpg.InvalidSQLStatementNameError):
                 await a.execute("EXECUTE probe")
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_a_statement_is_described_once_and_runs_in_any_server_session(
+        pooler: object, database_dsn: str) -> None:
+    """Behind the pooler a connection keeps each statement's description (one round trip per
+    execution, ``QueueConnection._get_statement``), never a statement of the server session:
+    the same query runs again while another client holds the session it ran in."""
+    dsn = pooler.for_dsn(database_dsn)  # type: ignore[attr-defined]
+    a = await asyncpg.connect(dsn, statement_cache_size=0, connection_class=QueueConnection)
+    b = await asyncpg.connect(dsn, statement_cache_size=0)
+    keep_no_statements(a)
+    query = "SELECT pg_backend_pid() + $1::int * 0"
+    try:
+        first = await a.fetchval(query, 1)
+        assert len(a.described) == 1
+        [state] = a.described.values()
+        async with b.transaction():
+            assert await b.fetchval("SELECT pg_backend_pid()") == first  # B holds A's session
+            assert await a.fetchval(query, 2) != first  # another session, same description
+        assert list(a.described.values()) == [state]
+        assert not state.name
+        assert not state.prepared
     finally:
         await a.close()
         await b.close()
