@@ -25,6 +25,7 @@ from endpoint_runtime.transport.connection import (
     DatabaseConnection,
     Home,
     QueueConnection,
+    is_queue_connection,
     keep_no_statements,
     pooled,
 )
@@ -52,7 +53,7 @@ async def connect_pool(
     user_init = options.pop("init", None)
 
     async def init(connection: DatabaseConnection) -> None:
-        if issubclass(type(connection), QueueConnection):  # (isinstance is true of any)
+        if is_queue_connection(connection):
             connection.home = home
         if transaction_pooling:
             keep_no_statements(connection)

@@ -22,7 +22,7 @@ import functools
 import hashlib
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Hashable
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, NoReturn, TypeAlias, TypeGuard
 
 import asyncpg
 import structlog
@@ -209,11 +209,17 @@ class QueueConnection(asyncpg.Connection):
         return state
 
 
+def is_queue_connection(connection: object) -> TypeGuard[QueueConnection]:
+    """Whether ``connection`` is a :class:`QueueConnection` itself (asyncpg's ``isinstance``
+    is true of any of its connections and of pool proxies, whatever the class asked for)."""
+    return issubclass(type(connection), QueueConnection)
+
+
 def keep_no_statements(connection: DatabaseConnection) -> None:
     """``connection`` goes through a transaction-mode pooler, where the next transaction may
     run in another server session: it prepares nothing (:func:`prepared_name` gives ``None``,
     and its callers write the values into the statement instead)."""
-    if issubclass(type(connection), QueueConnection):  # asyncpg says isinstance of any
+    if is_queue_connection(connection):
         connection.sql_prepared = None
         connection.keeps_session = False
 
