@@ -6,7 +6,7 @@ import contextlib
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import ray
 import structlog
@@ -46,15 +46,44 @@ def ensure_ray() -> None:
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     if os.getcwd() not in paths:
         paths.insert(0, os.getcwd())
-    with _without_token_notice():
-        ray.init(
-            include_dashboard=False,
-            log_to_driver=True,
-            runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths), **actor_log_format()}},
-            configure_logging=False,
-            _system_config=LOCAL_RAY_CONFIG,
-        )
+    def start() -> None:
+        with _without_token_notice():
+            ray.init(
+                include_dashboard=False,
+                log_to_driver=True,
+                runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join(paths),
+                                          **actor_log_format()}},
+                configure_logging=False,
+                _system_config=LOCAL_RAY_CONFIG,
+            )
+
+    start_with_retries(start, ray.shutdown)
     log.info("ray_started", resources=ray.cluster_resources())  # type: ignore[no-untyped-call]
+
+
+LOCAL_START_ATTEMPTS = 3
+"""Starts of a local Ray before giving up. Ray waits a fixed 30 s for its node to register
+and then raises "The current node timed out during startup"; on a machine busy with other
+work (seen in a clean clone's CI, the test suite's other worker starting its own Ray) a second
+start goes through."""
+NODE_START_TIMED_OUT = "timed out during startup"
+
+
+def start_with_retries(start: Callable[[], None], shutdown: Callable[[], None],
+                       attempts: int = LOCAL_START_ATTEMPTS) -> None:
+    """``start()`` a local Ray, again (after ``shutdown()``, which ends what the failed start
+    left) when Ray says its node timed out during startup, up to ``attempts`` times; any other
+    error, and the last timeout, are raised."""
+    for attempt in range(1, attempts + 1):
+        try:
+            start()
+            return
+        except Exception as exc:
+            if NODE_START_TIMED_OUT not in str(exc) or attempt == attempts:
+                raise
+            log.warning("ray_start_timed_out", attempt=attempt, attempts=attempts,
+                        error=str(exc)[:200])
+            shutdown()
 
 
 def actor_log_format() -> dict[str, str]:
