@@ -78,6 +78,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                         help="the pooler's server connections; the direct sides' slots")
     parser.add_argument("--runs", type=int, default=3, help="alternating runs per layout")
     parser.add_argument("--wakeups", type=int, default=50, help="idle wake-ups per layout")
+    parser.add_argument("--batch-size", type=int, default=1,
+                        help="the runtime sides' messages per transaction (> 1: batched "
+                        "atomic, optimistic); the lean loops stay one per transaction")
     parser.add_argument("--quick", action="store_true",
                         help="1 run of 4,000 messages, 10 wake-ups; result not kept")
     return parser.parse_args(argv)
@@ -96,8 +99,10 @@ def pooler_server_connections(pooler: Pooler) -> int:
 class Runtime:
     """The atomic endpoint deployed on a fresh database, direct or through the pooler."""
 
-    def __init__(self, dsn: str, pooler: Pooler | None, slots: int, receivers: int) -> None:
+    def __init__(self, dsn: str, pooler: Pooler | None, slots: int, receivers: int,
+                 batch_size: int = 1) -> None:
         self.dsn = dsn
+        self.batch_size = batch_size
         self.pooler = pooler
         self.slots = slots
         self.receivers = receivers
@@ -115,7 +120,8 @@ class Runtime:
                     ATOMIC, transport=TransportSettings(dsn=database_dsn, pooler_dsn=pooler_dsn),
                     max_concurrency=self.slots,
                     slots_per_receiver=-(-self.slots // self.receivers),
-                    min_receivers=self.receivers)
+                    min_receivers=self.receivers,
+                    **({"batch_size": self.batch_size} if self.batch_size > 1 else {}))
                 try:
                     return await self._measure(pool, deployment, clock, messages, wakeups)
                 finally:
@@ -190,7 +196,7 @@ async def lean_pooled(dsn: str, pooler: Pooler, messages: int, connections: int,
             keep_no_statements(connection)
         try:
             started = time.perf_counter()
-            await asyncio.gather(*(lean._one_by_one(c) for c in opened))
+            await asyncio.gather(*(lean.drain_connection(c) for c in opened))
             seconds = time.perf_counter() - started
             handled, duplicates = await counted(pool)
         finally:
@@ -218,8 +224,9 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     measured: dict[str, list[dict[str, Any]]] = {layout: [] for layout in LAYOUTS}
     try:
         sides = {
-            "runtime_direct": Runtime(dsn, None, args.pool_size, max(1, args.pool_size // 4)),
-            "runtime_pooled": Runtime(dsn, pooler, args.slots, args.receivers),
+            "runtime_direct": Runtime(dsn, None, args.pool_size, max(1, args.pool_size // 4),
+                                      args.batch_size),
+            "runtime_pooled": Runtime(dsn, pooler, args.slots, args.receivers, args.batch_size),
         }
         for run in range(1, runs + 1):
             for layout in LAYOUTS:
@@ -251,6 +258,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "pooler",
         "dsn": redact_dsn(dsn),
         "messages_per_drain": messages,
+        "runtime_batch_size": args.batch_size,
         "pooled_slots": args.slots,
         "pooled_receivers": args.receivers,
         "pooler_pool_size": args.pool_size,

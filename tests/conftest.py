@@ -162,19 +162,12 @@ async def transport(database_dsn: str) -> AsyncIterator[PostgresTransport]:
         yield transport
 
 
-POOLER_SIZE = 2
-"""Server connections per database behind the tests' PgBouncer: far fewer than its clients,
-so that consecutive transactions of one client land in different server sessions."""
-
-
 @pytest.fixture(scope="module")
 def pooler(server_dsn: str) -> Iterator[Any]:
     """A PgBouncer in transaction mode in front of the module's server
-    (``benchmarks.chaos.pooler``), :data:`POOLER_SIZE` server connections per database."""
-    from benchmarks.chaos.pooler import Pooler, available
+    (:func:`tests.support.poolers.start_pooler`)."""
+    from tests.support.poolers import start_pooler
 
-    if available() is None:
-        pytest.fail("pgbouncer is not installed: bin/dev installs Debian's package")
-    pooler = Pooler.start(server_dsn, pool_size=POOLER_SIZE)
+    pooler = start_pooler(server_dsn)
     yield pooler
     pooler.stop()

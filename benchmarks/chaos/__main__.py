@@ -8,6 +8,8 @@ Examples::
     python -m benchmarks.chaos --modes atomic outbox --seed 7   # replays those two modes
     python -m benchmarks.chaos --messages 2000 --stream-seconds 20 --quick --plant-loss 3
         # the self-test: ok is false, naming the 3 deleted messages of each mode
+    python -m benchmarks.chaos --messages 2000 --stream-seconds 20 --quick --pooler
+        # the runtime behind a PgBouncer of the run's own, restarted twice in each mode
 """
 
 from __future__ import annotations
@@ -61,6 +63,12 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                         "messages behind the runtime's back")
     parser.add_argument("--plant-modes", nargs="+", choices=MODES, default=None,
                         help="modes to plant in (default: every mode run)")
+    parser.add_argument("--pooler", action="store_true",
+                        help="the runtime's connections through a PgBouncer of the run's own "
+                        "(transaction mode; the LISTEN and the run's ledger go directly), "
+                        "restarted twice in each mode")
+    parser.add_argument("--pool-size", type=int, default=8,
+                        help="with --pooler: its server connections (default 8)")
     parser.add_argument("--quick", action="store_true",
                         help="do not write the result file (the JSON still goes to stdout)")
     args = parser.parse_args(argv)

@@ -81,6 +81,8 @@ class Receive(msgspec.Struct, frozen=True):
     backend: int
     client_port: int | None
     at: float
+    application: str = ""
+    """The receiving connection's ``application_name`` (for the reports)."""
 
 
 class CutAt(msgspec.Struct, frozen=True):
@@ -89,6 +91,8 @@ class CutAt(msgspec.Struct, frozen=True):
     at: float
     ports: frozenset[int] = frozenset()
     backends: frozenset[int] = frozenset()
+    kind: str = ""
+    """The fault's kind (``FaultKind``), for the reports."""
 
 
 class Observed(msgspec.Struct, kw_only=True):
@@ -147,6 +151,10 @@ class Accounts(msgspec.Struct, kw_only=True):
     """Handled messages without an echo."""
     lost_ids: list[str] = []
     untraced_lost_ids: list[str] = []
+    untraced_why: list[str] = []
+    """Of the first ``untraced_lost_ids``: each receive seen (client port, backend) and the
+    faults' cuts after it (seconds after the receive; whether they held its port or its
+    backend), to tell what cut it when the run could not."""
     duplicate_ids: list[str] = []
     twice_ids: list[str] = []
     twice_why: list[str] = []
@@ -226,6 +234,8 @@ def account(observed: Observed) -> Accounts:
         ghost_sends=sum(mine.values()) - sum(1 for i in handled if mine.get(i)),
         lost_sends=sum(1 for i in handled if not mine.get(i)),
         lost_ids=_listed(lost), untraced_lost_ids=_listed(lost - traced),
+        untraced_why=[_why_untraced(i, receives_of[i], o.cuts)
+                      for i in sorted(lost - traced, key=str)[:LISTED]],
         duplicate_ids=_listed(duplicates), twice_ids=_listed(twice),
         twice_why=[_why_twice(i, places[i], o, receives_of[i])
                    for i in sorted(twice, key=str)[:LISTED]],
@@ -241,6 +251,21 @@ def _why_twice(message_id: uuid.UUID, places: list[Place], o: Observed,
     return (f"{message_id}: {'+'.join(p.value for p in places)}; "
             f"copy {o.error_queue.get(message_id) or '-'}; {len(receives)} receive(s) traced; "
             f"nearest cut {'none' if nearest is None else f'+{nearest:.2f} s'}")
+
+
+def _why_untraced(message_id: uuid.UUID, receives: list[Receive], cuts: list[CutAt]) -> str:
+    seen = []
+    for receive in receives:
+        after = [f"{cut.kind or 'cut'} +{cut.at - receive.at:.2f} s"
+                 f"{' port' if receive.client_port in cut.ports else ''}"
+                 f"{' backend' if receive.backend in cut.backends else ''}"
+                 f"{f' (ports {sorted(cut.ports)})' if cut.at - receive.at < 1.0 else ''}"
+                 for cut in sorted(cuts, key=lambda c: c.at)
+                 if -CUT_SLACK <= cut.at - receive.at <= 3 * CUT_WINDOW]
+        seen.append(f"port {receive.client_port} backend {receive.backend} "
+                    f"({receive.application!r}): cuts "
+                    f"{', '.join(after) or 'none'}")
+    return f"{message_id}: {len(receives)} receive(s); {'; '.join(seen) or 'never received'}"
 
 
 def failed_checks(accounts: Accounts) -> list[str]:

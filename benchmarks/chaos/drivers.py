@@ -9,6 +9,12 @@ Each fault also notes what it cut, so that ``none`` mode's losses can be traced 
 (:mod:`benchmarks.chaos.checks`): a killed process is first stopped (``SIGSTOP``), the local
 ports of its connections to the server are read, then it is killed; terminated backends are
 noted by pid; a server restart cuts every backend of the runtime, noted by pid just before.
+Behind the run's pooler a killed process's connections are those to the pooler, and a
+pooler restart cuts every client connection it has, noted by port just before. The pooler's
+server connections are the backends the other faults terminate; a terminated one cuts the
+client whose transaction it runs, whatever backend that client received on, so those faults
+also note the client port each backend's application_name ends with (the client it serves
+now, or served last: the cut may name a client it did not reach, never miss one).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable
 
+import asyncpg
 import msgspec
 import psutil
 
@@ -33,6 +40,7 @@ from benchmarks.chaos.ledger import (
     poison_item,
     sql,
 )
+from benchmarks.chaos.pooler import Pooler, client_port_of
 from benchmarks.chaos.schedule import Fault, FaultKind, PoisonKind
 from benchmarks.chaos.server import ChaosServer
 from benchmarks.common import progress
@@ -106,10 +114,13 @@ class FaultInjector:
 
     def __init__(self, *, rng: random.Random, cluster: LocalCluster, server: ChaosServer,
                  dsn: str, deployment: EndpointDeployment, sender: LedgeredSender,
-                 poison_per_kind: int) -> None:
+                 poison_per_kind: int, pooler: Pooler | None = None) -> None:
         self.rng = rng
         self.cluster = cluster
         self.server = server
+        self.pooler = pooler
+        self.traced_port = pooler.port if pooler is not None else server.port
+        """The port whose connections a killed process had in hand (the pooler's, behind it)."""
         self.dsn = dsn
         self.deployment = deployment
         self.sender = sender
@@ -125,6 +136,7 @@ class FaultInjector:
             FaultKind.TERMINATE_BACKENDS: self.terminate_backends,
             FaultKind.RESTART_POSTGRES: self.restart_postgres,
             FaultKind.POISON_BURST: self.poison_burst,
+            FaultKind.RESTART_POOLER: self.restart_pooler,
         }
         for fault in schedule:
             await asyncio.sleep(max(0.0, fault.at - (time.monotonic() - started)))
@@ -150,7 +162,7 @@ class FaultInjector:
                 return missed, False, Cut()
             await asyncio.sleep(KILL_RETRY_PAUSE)
         pid = self.rng.choice(sorted(pids))
-        ports = await asyncio.to_thread(_stop_and_read_ports, [pid], self.server.port)
+        ports = await asyncio.to_thread(_stop_and_read_ports, [pid], self.traced_port)
         cut_at = time.time()
         detail, killed = _kill(pid, "receiver")
         return detail, killed, Cut(ports=ports, at=cut_at)
@@ -162,7 +174,7 @@ class FaultInjector:
         if not peekers:
             return "no peeker process found", False, Cut()
         receivers = await asyncio.to_thread(self._worker_pids, "ray::Receiver")
-        ports = await asyncio.to_thread(_stop_and_read_ports, receivers, self.server.port)
+        ports = await asyncio.to_thread(_stop_and_read_ports, receivers, self.traced_port)
         cut_at = time.time()
         detail, killed = _kill(peekers[0], "peeker")
         for pid in receivers:
@@ -186,12 +198,13 @@ class FaultInjector:
         try:
             pids = sorted(await connection.fetchval(sql("runtime_backends"), RUN_APPLICATIONS))
             chosen = self.rng.sample(pids, max(1, len(pids) // 2)) if pids else []
+            ports = await _pooled_clients(connection, chosen)
             cut_at = time.time()
             ended = await connection.fetchval(sql("terminate_backends"), chosen)
         finally:
             await connection.close()
         return (f"{len(ended)} of {len(pids)} runtime backends terminated", bool(ended),
-                Cut(backends=sorted(ended), at=cut_at))
+                Cut(backends=sorted(ended), ports=ports, at=cut_at))
 
     async def restart_postgres(self) -> tuple[str, bool, Cut]:
         """Restart the server; the runtime's backends of the moment are noted as cut."""
@@ -199,6 +212,7 @@ class FaultInjector:
             connection = await connect(self.dsn)
             try:
                 backends = await connection.fetchval(sql("runtime_backends"), RUN_APPLICATIONS)
+                ports = await _pooled_clients(connection, backends)
             finally:
                 await connection.close()
         except TRANSIENT_ERRORS as exc:
@@ -206,7 +220,18 @@ class FaultInjector:
         started, cut_at = time.monotonic(), time.time()
         await asyncio.to_thread(self.server.restart)
         return (f"server stopped (fast) and started in {time.monotonic() - started:.1f} s",
-                True, Cut(backends=sorted(backends), at=cut_at))
+                True, Cut(backends=sorted(backends), ports=ports, at=cut_at))
+
+    async def restart_pooler(self) -> tuple[str, bool, Cut]:
+        """Kill the pooler and start it again; its client connections of the moment, noted by
+        port just before, are cut (the run's own connections go to the server directly)."""
+        if self.pooler is None:
+            return "no pooler in this run", False, Cut()
+        ports = await asyncio.to_thread(self.pooler.client_ports)
+        started, cut_at = time.monotonic(), time.time()
+        await asyncio.to_thread(self.pooler.restart)
+        return (f"pooler killed with {len(ports)} client connections and started in "
+                f"{time.monotonic() - started:.1f} s", True, Cut(ports=ports, at=cut_at))
 
     async def poison_burst(self) -> tuple[str, bool, Cut]:
         ids = [uuid.UUID(int=self.rng.getrandbits(128), version=4)
@@ -222,9 +247,17 @@ class FaultInjector:
         return f"{len(items)} poison rows ({self.poison_per_kind} of each kind)", True, Cut()
 
 
+async def _pooled_clients(connection: asyncpg.Connection, backends: list[int]) -> list[int]:
+    """The client ports behind ``backends`` where a pooler noted them in application_name
+    (none without the run's pooler)."""
+    names = await connection.fetchval(sql("backend_applications"), backends)
+    return sorted(port for port in map(client_port_of, names) if port is not None)
+
+
 def _stop_and_read_ports(pids: list[int], server_port: int) -> list[int]:
     """Stop each process (``SIGSTOP``: it opens nothing more) and return the local ports of
-    its TCP connections to the server; the caller kills them next."""
+    its TCP connections to ``server_port`` (the server's, or the pooler's in front of it);
+    the caller kills them next."""
     ports: list[int] = []
     for pid in pids:
         try:

@@ -7,7 +7,8 @@
 -- chaos_observed: what handlers noted on a connection of their own (a discard).
 -- chaos_expired: rows of a queue deleted already expired (a trigger on the queue table).
 -- chaos_received: none mode only: every committed receive, with the client's port and the
---   backend's pid, so that a message lost by design can be traced to a fault.
+--   backend's pid, so that a message lost by design can be traced to a fault (behind the
+--   run's pooler the client's port is the one its application_name ends with).
 CREATE TABLE IF NOT EXISTS chaos_sent (
     message_id uuid PRIMARY KEY, mode text NOT NULL, kind text NOT NULL,
     sent_at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -89,7 +90,7 @@ SELECT message_id FROM chaos_expired WHERE queue = $1;
 
 -- received --
 -- Receives only: not the deletes of the run's own connections (a planted loss).
-SELECT message_id, backend, client_port, extract(epoch FROM at)::float8 AS at
+SELECT message_id, backend, client_port, application, extract(epoch FROM at)::float8 AS at
 FROM chaos_received WHERE queue = $1 AND application <> ALL($2::text[]);
 
 -- runtime_backends --
@@ -97,6 +98,12 @@ FROM chaos_received WHERE queue = $1 AND application <> ALL($2::text[]);
 SELECT coalesce(array_agg(pid), ARRAY[]::int[]) FROM pg_stat_activity
 WHERE datname = current_database() AND pid <> pg_backend_pid()
   AND backend_type = 'client backend' AND application_name <> ALL($1::text[]);
+
+-- backend_applications --
+-- The application_name of each backend of $1 (behind the run's pooler it ends with the port of
+-- the client whose transaction the backend runs, or ran last).
+SELECT coalesce(array_agg(application_name), ARRAY[]::text[]) FROM pg_stat_activity
+WHERE pid = ANY($1::int[]);
 
 -- terminate_backends --
 -- The pids of $1 whose termination was signalled.

@@ -12,6 +12,7 @@ from benchmarks.chaos.checks import CutAt, Observed, Receive
 from benchmarks.chaos.drivers import FaultRecord
 from benchmarks.chaos.endpoints import ERROR_QUEUE, SINK
 from benchmarks.chaos.ledger import RUN_APPLICATIONS, sql
+from benchmarks.chaos.pooler import client_port_of
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.wire.messages import ErrorHeaders, Headers, decode_headers
 
@@ -38,11 +39,16 @@ async def read_observed(connection: asyncpg.Connection, mode: str, queue: QueueA
             sql("queued_ids", queue=address.qualified))]
         queued.update(ids)
         counts.append(len(ids))
-    receives = [Receive(r["message_id"], r["backend"], r["client_port"], r["at"])
+    # Behind the run's pooler the server's client is the pooler: the runtime's own end of
+    # its connection is the port the pooler appended to application_name.
+    receives = [Receive(r["message_id"], r["backend"],
+                        client_port_of(r["application"]) or r["client_port"], r["at"],
+                        r["application"])
                 for r in await connection.fetch(sql("received"), queue.table,
                                                 RUN_APPLICATIONS)]
     cuts = [CutAt(at=f.cut.at or f.at, ports=frozenset(f.cut.ports),
-                  backends=frozenset(f.cut.backends)) for f in faults if f.injected]
+                  backends=frozenset(f.cut.backends), kind=f.kind)
+            for f in faults if f.injected]
     observed = Observed(
         mode=mode, sent=sent, effects=effects, error_queue=error_queue,
         expired={r["message_id"] for r in await connection.fetch(sql("expired"), queue.table)},

@@ -15,11 +15,18 @@ Example::
     dsn = pooler.dsn("orders")        # a database of that server, through the pooler
     pooler.restart()                  # every client connection is cut
     pooler.stop()
+
+With ``application_name_add_host`` each client's ``application_name`` gets `` - host:port``
+(the client's end of its connection to the pooler) appended, which the server sees in every
+transaction the pooler runs for that client: the chaos run traces a receive to the client
+connection a fault cut that way. ``server_login_retry`` is 1 s (PgBouncer's default, 15 s,
+keeps every client waiting that long after a failed login while the server restarts).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -28,12 +35,15 @@ import time
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
+import psutil
 from pgserver.utils import ensure_user_exists
 
 from benchmarks.chaos.server import SYSTEM_USER
 
 PGBOUNCER = "pgbouncer"
 START_TIMEOUT_SECONDS = 10.0
+ADDED_HOST = re.compile(r" - [^ ]*:(\d+)$")
+"""What ``application_name_add_host`` appends: `` - <client host>:<client port>``."""
 
 
 def available() -> str | None:
@@ -47,8 +57,10 @@ class Pooler:
     """One PgBouncer process and its directory."""
 
     def __init__(self, server_dsn: str, directory: Path, port: int, *, pool_size: int,
-                 pool_mode: str, max_client_conn: int, server_user: str | None = None) -> None:
+                 pool_mode: str, max_client_conn: int, server_user: str | None = None,
+                 application_name_add_host: bool = False) -> None:
         self.server_dsn = server_dsn
+        self.application_name_add_host = application_name_add_host
         self.directory = directory
         self.port = port
         self.pool_size = pool_size
@@ -65,7 +77,8 @@ class Pooler:
     @classmethod
     def start(cls, server_dsn: str, *, pool_size: int = 12, pool_mode: str = "transaction",
               max_client_conn: int = 2000, port: int | None = None,
-              server_user: str | None = None) -> Pooler:
+              server_user: str | None = None,
+              application_name_add_host: bool = False) -> Pooler:
         """A running pooler in front of ``server_dsn`` (a URL DSN, TCP or a Unix socket's
         ``?host=/dir``), its server connections logged in as ``server_user`` (default: the
         DSN's user, whose password it uses); raises ``RuntimeError`` with its log when it
@@ -78,7 +91,8 @@ class Pooler:
         directory.chmod(0o755)
         pooler = cls(server_dsn, directory, port or _free_port(), pool_size=pool_size,
                      pool_mode=pool_mode, max_client_conn=max_client_conn,
-                     server_user=server_user)
+                     server_user=server_user,
+                     application_name_add_host=application_name_add_host)
         pooler._write_config()
         try:
             pooler._launch(program)
@@ -122,6 +136,11 @@ class Pooler:
         if unquote(host).startswith("/"):
             return None
         return parts.port or 5432
+
+    def client_ports(self) -> list[int]:
+        """The ports of its clients' ends of their connections now (observed on its process)."""
+        return sorted(c.raddr.port for c in psutil.Process(self.pid).net_connections(kind="tcp")
+                      if c.raddr and c.laddr.port == self.port)
 
     @property
     def running(self) -> bool:
@@ -184,10 +203,18 @@ class Pooler:
             f"admin_users = {self.user}\n"
             "ignore_startup_parameters = extra_float_digits\n"
             "server_reset_query =\n"
+            "server_login_retry = 1\n"
+            f"application_name_add_host = {int(self.application_name_add_host)}\n"
             "log_connections = 0\n"
             "log_disconnections = 0\n"
         )
         (self.directory / "pgbouncer.ini").chmod(0o644)
+
+
+def client_port_of(application_name: str) -> int | None:
+    """The client port that ``application_name_add_host`` appended, if it did."""
+    added = ADDED_HOST.search(application_name)
+    return int(added.group(1)) if added else None
 
 
 def _value(text: str) -> str:

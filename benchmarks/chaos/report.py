@@ -27,6 +27,7 @@ from benchmarks.chaos.ledger import (
 from benchmarks.chaos.observations import read_observed
 from benchmarks.chaos.observer import DSN_VARIABLE
 from benchmarks.chaos.plants import Planted, plant
+from benchmarks.chaos.pooler import Pooler
 from benchmarks.chaos.schedule import Purpose, fates, fault_schedule, generator, message_ids
 from benchmarks.chaos.server import ChaosServer
 from benchmarks.common import progress
@@ -51,6 +52,8 @@ class Run(msgspec.Struct, kw_only=True):
     cluster: LocalCluster
     server: ChaosServer
     dsn: str
+    pooler: Pooler | None = None
+    """``--pooler``: the PgBouncer the runtime's connections go through."""
 
 
 async def run_all(args: argparse.Namespace) -> dict[str, Any]:
@@ -60,18 +63,27 @@ async def run_all(args: argparse.Namespace) -> dict[str, Any]:
     cluster = LocalCluster(workers=workers, cpus_per_node=2)
     cluster.environment["ENDPOINT_RUNTIME_LOG_LEVEL"] = args.runtime_log_level
     cluster.environment[DSN_VARIABLE] = with_database(server.dsn, DATABASE)
+    pooler: Pooler | None = None
     try:
         progress(f"chaos: PostgreSQL on port {server.port}; starting {args.nodes} Ray nodes")
         await asyncio.to_thread(cluster.start)
         os.environ.update(cluster.driver_environment())
         ensure_ray()  # in the main thread (a connection here; see endpoint_runtime.cli.run)
         dsn = await _prepare_database(server.dsn)
-        run = Run(args=args, cluster=cluster, server=server, dsn=dsn)
+        if args.pooler:
+            pooler = await asyncio.to_thread(
+                Pooler.start, server.dsn, pool_size=args.pool_size,
+                application_name_add_host=True)
+            progress(f"chaos: PgBouncer (transaction mode, {args.pool_size} server "
+                     f"connections) on port {pooler.port}")
+        run = Run(args=args, cluster=cluster, server=server, dsn=dsn, pooler=pooler)
         modes = {mode: await run_mode(run, mode) for mode in args.modes}
     finally:
         import ray
 
         ray.shutdown()
+        if pooler is not None:
+            await asyncio.to_thread(pooler.stop)
         await asyncio.to_thread(cluster.shutdown)
         await asyncio.to_thread(server.destroy)
     faults: collections.Counter[str] = collections.Counter()
@@ -80,7 +92,10 @@ async def run_all(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "benchmark": "chaos", "messages_per_mode": args.messages, "seed": args.seed,
         "nodes": args.nodes, "stream_seconds": args.stream_seconds,
-        "kill_interval": args.kill_interval, "modes": modes, "faults": dict(faults),
+        "kill_interval": args.kill_interval,
+        "pooler": {"pool_mode": "transaction", "pool_size": args.pool_size} if args.pooler
+        else None,
+        "modes": modes, "faults": dict(faults),
         "fate_mismatches": sum(result["fate_mismatches"] for result in modes.values()),
         "ok": all(result["ok"] for result in modes.values()),
     }
@@ -106,8 +121,10 @@ async def run_mode(run: Run, mode: str) -> dict[str, Any]:
     message id."""
     args = run.args
     progress(f"chaos: {mode}: deploying")
+    pooler_dsn = run.pooler.for_dsn(run.dsn) if run.pooler is not None else None
     deployment = await EndpointDeployment.start(
-        endpoint_path(mode), transport=TransportSettings(dsn=run.dsn, peek_delay=PEEK_DELAY),
+        endpoint_path(mode), transport=TransportSettings(dsn=run.dsn, peek_delay=PEEK_DELAY,
+                                                         pooler_dsn=pooler_dsn),
         peeker_resources={"head": 1.0})
     address = deployment.config.address
     delayed = QueueAddress(address.table + ".delayed", address.schema)
@@ -120,13 +137,15 @@ async def run_mode(run: Run, mode: str) -> dict[str, Any]:
     items = [work_item(i, n, fate) for n, (i, fate) in enumerate(
         zip(message_ids(rng, args.messages), fates(rng, args.messages), strict=True))]
     schedule = fault_schedule(generator(args.seed, mode, Purpose.SCHEDULE),
-                              args.stream_seconds, kill_interval=args.kill_interval)
+                              args.stream_seconds, kill_interval=args.kill_interval,
+                              pooler=run.pooler is not None)
     backlog = int(len(items) * args.backlog_share)
     sender = LedgeredSender(run.dsn, mode, address)
     injector = FaultInjector(
         rng=generator(args.seed, mode, Purpose.INJECTOR), cluster=run.cluster,
         server=run.server, dsn=run.dsn, deployment=deployment,
-        sender=LedgeredSender(run.dsn, mode, address), poison_per_kind=args.poison_per_kind)
+        sender=LedgeredSender(run.dsn, mode, address), poison_per_kind=args.poison_per_kind,
+        pooler=run.pooler)
     await send_backlog(sender, items[:backlog])
     progress(f"chaos: {mode}: {backlog} messages of backlog sent; stream of "
              f"{len(items) - backlog} over {args.stream_seconds:.0f} s with faults")

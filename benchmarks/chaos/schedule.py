@@ -47,6 +47,8 @@ class FaultKind(enum.StrEnum):
     TERMINATE_BACKENDS = "terminate_backends"
     RESTART_POSTGRES = "restart_postgres"
     POISON_BURST = "poison_burst"
+    RESTART_POOLER = "restart_pooler"
+    """A run behind PgBouncer: the pooler killed and started again (every client cut)."""
 
 
 class PoisonKind(enum.StrEnum):
@@ -93,12 +95,14 @@ def fates(rng: random.Random, count: int) -> list[Fate]:
 
 
 def fault_schedule(rng: random.Random, duration: float, *,
-                   kill_interval: float = 4.0) -> list[Fault]:
+                   kill_interval: float = 4.0, pooler: bool = False) -> list[Fault]:
     """The faults of one mode's run over ``duration`` seconds of send stream, by time.
 
     A receiver is killed every ``kill_interval`` s (jittered by a quarter either way); the
     peeker once, at about a third; the runtime's backends terminated at about a fifth and at
     four fifths; the server restarted once, at about the middle; one poison burst early.
+    With ``pooler`` (a run behind PgBouncer) the pooler is restarted too, at about 45% and
+    70%, drawn after the rest so that the other faults keep their times under a seed.
     """
     def near(fraction: float) -> float:
         return duration * fraction + rng.uniform(-0.05, 0.05) * duration
@@ -115,4 +119,7 @@ def fault_schedule(rng: random.Random, duration: float, *,
         faults.append(Fault(at + rng.uniform(-0.25, 0.25) * kill_interval,
                             FaultKind.KILL_RECEIVER))
         at += kill_interval
+    if pooler:
+        faults += [Fault(near(0.45), FaultKind.RESTART_POOLER),
+                   Fault(near(0.70), FaultKind.RESTART_POOLER)]
     return sorted(faults, key=lambda fault: fault.at)

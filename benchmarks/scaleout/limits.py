@@ -78,16 +78,23 @@ class LeanLoopSide:
             database_dsn = with_database(dsn, database)
             pool = await prepare(database_dsn, load)
             connections = [await asyncpg.connect(database_dsn) for _ in range(load.concurrency)]
-            loop = self._one_by_one if self.per_commit == 1 else self._batched
             try:
                 started = time.perf_counter()
-                await asyncio.gather(*(loop(connection) for connection in connections))
+                await asyncio.gather(*(self.drain_connection(c) for c in connections))
                 seconds = time.perf_counter() - started
                 handled, duplicates = await counted(pool)
             finally:
                 await asyncio.gather(*(connection.close() for connection in connections))
                 await pool.close()
         return DrainResult(self.name, self.config, load, seconds, handled, duplicates)
+
+    async def drain_connection(self, connection: asyncpg.Connection) -> None:
+        """Receive and handle on ``connection`` until the queue is empty (any connection: a
+        pooler's too, as ``benchmarks.pooler`` drains through one)."""
+        if self.per_commit == 1:
+            await self._one_by_one(connection)
+        else:
+            await self._batched(connection)
 
     async def _one_by_one(self, connection: asyncpg.Connection) -> None:
         receive = statements.for_queue(QUEUE)["receive"]

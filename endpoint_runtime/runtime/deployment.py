@@ -253,6 +253,14 @@ def _reserving(config: DeploymentConfig) -> DeploymentConfig:
     may open, not only what it has open."""
     tag = reservation(config.deployment_id, ConnectionBudget.of(config.settings).worst_case,
                       config.endpoint_name)
+    transport = config.settings.transport
+    if transport.pooler_dsn is not None:
+        # Through a pooler too: the server sees the tag in each transaction the pooler runs
+        # for these pools (operators tell the deployment's work apart in pg_stat_activity).
+        transport = msgspec.structs.replace(
+            transport, pooler_dsn=reserving_dsn(transport.pooler_dsn, tag))
+        config = msgspec.structs.replace(
+            config, settings=msgspec.structs.replace(config.settings, transport=transport))
     return msgspec.structs.replace(config, dsn=RedactedDsn(reserving_dsn(config.dsn, tag)))
 
 

@@ -209,6 +209,21 @@ class QueueConnection(asyncpg.Connection):
         return state
 
 
+    def get_reset_query(self) -> str:
+        """What a pool runs on a connection it takes back (asyncpg's documented override):
+        nothing behind a transaction-mode pooler. The server session there is not this
+        client's: ``pg_advisory_unlock_all()``, ``CLOSE ALL`` and ``UNLISTEN *`` would act on
+        whatever session the pooler hands the statement to (another client's advisory locks
+        and cursors), and ``RESET ALL`` clears the ``application_name`` the pooler keeps for
+        this client (PgBouncer takes the server's report of it as the client's own): the
+        deployment's tag would then be gone from the server's view of its transactions. An
+        open transaction is still rolled back first (asyncpg's own step)."""
+        if not self.keeps_session:
+            return ""
+        query: str = super().get_reset_query()
+        return query
+
+
 def is_queue_connection(connection: object) -> TypeGuard[QueueConnection]:
     """Whether ``connection`` is a :class:`QueueConnection` itself (asyncpg's ``isinstance``
     is true of any of its connections and of pool proxies, whatever the class asked for)."""

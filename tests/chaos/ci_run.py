@@ -1,5 +1,8 @@
 """The chaos run at CI size, as the suite runs it: its arguments, and one run per test session
-(``tests/support/early_run.py``), started by the fixture of the tests that read it."""
+and layout (``tests/support/early_run.py``), started by the fixture of the tests that read it:
+``direct`` (the runtime's connections to the server) and ``pooled`` (through a PgBouncer of
+the run's own in transaction mode, restarted twice in each mode: ``--pooler``), one after
+the other."""
 
 from __future__ import annotations
 
@@ -24,20 +27,24 @@ CI_ARGS = ["--messages", str(MESSAGES), "--stream-seconds", "20", "--kill-interv
            "--poison-per-kind", str(POISON_PER_KIND), "--drain-timeout", "180", "--quick",
            "--plant-loss", str(PLANTED), "--plant-duplicate", str(PLANTED),
            "--plant-modes", PLANTED_MODE]
+LAYOUTS: dict[str, list[str]] = {"direct": [], "pooled": ["--pooler"]}
+"""The runs' layouts and the arguments each adds."""
 TIMEOUT_S = 1100
 
-_RUN = pytest.StashKey[EarlyRun]()
+_RUNS = pytest.StashKey[dict[str, EarlyRun]]()
 
 
-def chaos_run(config: pytest.Config) -> EarlyRun:
-    """The session's chaos run (not started until something starts it)."""
-    if _RUN not in config.stash:
-        config.stash[_RUN] = EarlyRun([sys.executable, "-m", "benchmarks.chaos", *CI_ARGS],
-                                      cwd=ROOT, timeout=TIMEOUT_S)
-    return config.stash[_RUN]
+def chaos_run(config: pytest.Config, layout: str = "direct") -> EarlyRun:
+    """The session's chaos run of ``layout`` (not started until something starts it)."""
+    runs = config.stash.setdefault(_RUNS, {})
+    if layout not in runs:
+        runs[layout] = EarlyRun(
+            [sys.executable, "-m", "benchmarks.chaos", *CI_ARGS, *LAYOUTS[layout]],
+            cwd=ROOT, timeout=TIMEOUT_S)
+    return runs[layout]
 
 
 def stop(config: pytest.Config) -> None:
-    """Kill the session's run if it still runs; remove its files."""
-    if _RUN in config.stash:
-        config.stash[_RUN].stop()
+    """Kill the session's runs that still run; remove their files."""
+    for run in config.stash.get(_RUNS, {}).values():
+        run.stop()

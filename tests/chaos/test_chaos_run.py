@@ -1,5 +1,7 @@
 """The chaos run at CI size: ``python -m benchmarks.chaos`` with 2,000 messages per mode
-(10,000 in all) over a 20 s send stream per mode, as a subprocess.
+(10,000 in all) over a 20 s send stream per mode, as a subprocess; twice: with the runtime's
+connections going to the server directly, and through a PgBouncer in transaction mode that
+the run starts and restarts twice per mode (``--pooler``).
 
 This is the benchmark itself, not a model of it: it starts its own PostgreSQL (which it
 restarts) and its own three-node Ray cluster (whose receivers and peeker it kills), and its
@@ -24,15 +26,22 @@ import pytest
 
 from benchmarks.chaos.endpoints import MODES, SAGA_MODES
 from benchmarks.chaos.schedule import FaultKind, PoisonKind
-from tests.chaos.ci_run import MESSAGES, PLANTED, PLANTED_MODE, POISON_PER_KIND, chaos_run
+from tests.chaos.ci_run import (
+    LAYOUTS,
+    MESSAGES,
+    PLANTED,
+    PLANTED_MODE,
+    POISON_PER_KIND,
+    chaos_run,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(1200)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=list(LAYOUTS))
 def chaos_result(request: pytest.FixtureRequest) -> dict[str, Any]:
-    """The session's chaos run, started now and waited for."""
-    finished = chaos_run(request.config).finished()
+    """The session's chaos run of a layout, started now and waited for."""
+    finished = chaos_run(request.config, request.param).finished()
     assert finished.returncode == 0, finished.stderr_tail
     lines = finished.stdout.strip().splitlines()
     assert lines, finished.stderr_tail
@@ -99,6 +108,8 @@ def test_every_kind_of_fault_was_injected(chaos_result: dict[str, Any], mode: st
     assert faults.get(FaultKind.RESTART_POSTGRES) == 1, faults
     assert faults.get(FaultKind.TERMINATE_BACKENDS) == 2, faults
     assert faults.get(FaultKind.POISON_BURST) == 1, faults
+    pooled = chaos_result["pooler"] is not None
+    assert faults.get(FaultKind.RESTART_POOLER, 0) == (2 if pooled else 0), faults
 
 
 def test_the_run_is_ok_but_for_its_planted_mode(chaos_result: dict[str, Any]) -> None:

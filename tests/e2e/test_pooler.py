@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from urllib.parse import parse_qs, urlsplit
 
 import asyncpg
 import pytest
@@ -16,9 +17,9 @@ from endpoint_runtime import Sender, TransportSettings
 from endpoint_runtime.connections.connecting import PostgresTransport
 from endpoint_runtime.transport import QueueAddress
 from endpoint_runtime.transport.waiting import Waiting
-from tests.conftest import POOLER_SIZE
 from tests.e2e.conftest import Deployer, count, wait_for
 from tests.support.pooler_endpoints import Ping
+from tests.support.poolers import POOLER_SIZE, start_pooler
 
 MODULE = "tests.support.pooler_endpoints"
 LONG_PEEK_DELAY = 60.0
@@ -31,11 +32,6 @@ MESSAGES = 200
 @pytest.fixture(scope="module")
 def pooler(server_dsn: str) -> Iterator[object]:
     """The module's PgBouncer, logging in to the server as :data:`SERVER_ROLE`."""
-    from benchmarks.chaos.pooler import Pooler, available
-
-    if available() is None:
-        pytest.fail("pgbouncer is not installed: bin/dev installs Debian's package")
-
     async def create_role() -> None:
         connection = await asyncpg.connect(server_dsn)
         try:
@@ -47,14 +43,16 @@ def pooler(server_dsn: str) -> Iterator[object]:
             await connection.close()
 
     asyncio.run(create_role())
-    pooler = Pooler.start(server_dsn, pool_size=POOLER_SIZE, server_user=SERVER_ROLE)
+    pooler = start_pooler(server_dsn, server_user=SERVER_ROLE)
     yield pooler
     pooler.stop()
 
 
 @pytest.fixture
 async def db(transport: PostgresTransport) -> PostgresTransport:
-    await transport.pool.execute("CREATE TABLE handled (key text)")
+    # Each handler's insert notes the application_name its server session had for it.
+    await transport.pool.execute("CREATE TABLE handled (key text, application text NOT NULL "
+                                 "DEFAULT current_setting('application_name'))")
     await transport.create_queue("pongs")
     return transport
 
@@ -109,6 +107,13 @@ async def test_a_deployment_behind_the_pooler_drains_on_its_server_connections_a
         watcher.cancel()
     # Handled once each, their replies sent once each, on at most the pooler's connections.
     assert await count(db.pool, "SELECT count(DISTINCT key) FROM handled") == MESSAGES
+    # The pooler ran every handler's transaction under the deployment's application_name
+    # (its reservation tag), as on direct connections: operators tell its work apart.
+    applications = {row["application"] for row in await db.pool.fetch(
+        "SELECT DISTINCT application FROM handled")}
+    tag = parse_qs(urlsplit(str(deployment.config.dsn)).query)["application_name"][0]
+    assert tag.startswith("endpoint_runtime/"), tag
+    assert applications == {tag}, applications
     assert await db.depth("pongs") == MESSAGES
     assert seen
     assert max(seen) <= POOLER_SIZE, seen

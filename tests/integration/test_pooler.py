@@ -27,9 +27,9 @@ from endpoint_runtime.transport.connection import (
     keep_no_statements,
     keeps_session,
 )
-from tests.conftest import POOLER_SIZE
 from tests.support.draining import ATTEMPTS_TABLES, attempts_by_message, prepare, received_all
 from tests.support.modes import MODES
+from tests.support.poolers import POOLER_SIZE
 
 MESSAGES = 120
 SLOTS = 8
@@ -133,6 +133,20 @@ async def test_a_statement_is_described_once_and_runs_in_any_server_session(
     finally:
         await a.close()
         await b.close()
+
+
+async def test_a_pooled_connection_taken_back_by_its_pool_resets_no_server_session(
+        pooled: PostgresTransport) -> None:
+    """A pool's reset of a connection it takes back (asyncpg: ``RESET ALL``, advisory locks
+    unlocked, ...) would run in whatever server session the pooler picks. RESET ALL there
+    cleared the application_name that PgBouncer keeps for the client, so later transactions of
+    that client ran untagged; now a pooled connection's pool resets nothing in the session."""
+    async with pooled.pool.acquire() as connection:
+        await connection.execute("SET application_name = 'er-tagged'")  # as at its startup
+    for _ in range(3):
+        async with pooled.pool.acquire() as connection:
+            assert await connection.fetchval("SELECT current_setting('application_name')") \
+                == "er-tagged"
 
 
 async def test_a_pooled_transport_keeps_nothing_in_the_session(
