@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import collections
 import uuid
+from collections.abc import Mapping
+from typing import Any
 
 import asyncpg
 
@@ -39,13 +41,8 @@ async def read_observed(connection: asyncpg.Connection, mode: str, queue: QueueA
             sql("queued_ids", queue=address.qualified))]
         queued.update(ids)
         counts.append(len(ids))
-    # Behind the run's pooler the server's client is the pooler: the runtime's own end of
-    # its connection is the port the pooler appended to application_name.
-    receives = [Receive(r["message_id"], r["backend"],
-                        client_port_of(r["application"]) or r["client_port"], r["at"],
-                        r["application"])
-                for r in await connection.fetch(sql("received"), queue.table,
-                                                RUN_APPLICATIONS)]
+    receives = [receive_of(r) for r in await connection.fetch(sql("received"), queue.table,
+                                                              RUN_APPLICATIONS)]
     cuts = [CutAt(at=f.cut.at or f.at, ports=frozenset(f.cut.ports),
                   backends=frozenset(f.cut.backends), kind=f.kind)
             for f in faults if f.injected]
@@ -56,6 +53,15 @@ async def read_observed(connection: asyncpg.Connection, mode: str, queue: QueueA
         queued=queued, echoes=echoes, receives=receives, cuts=cuts,
         left_in_queue=counts[0], left_in_delayed=counts[1])
     return observed, times
+
+
+def receive_of(row: Mapping[str, Any]) -> Receive:
+    """A row of the ``received`` statement as a :class:`Receive`. Behind the run's pooler the
+    server's client is the pooler: the runtime's own end of its connection is the port the
+    pooler appended to ``application_name``."""
+    return Receive(row["message_id"], row["backend"],
+                   client_port_of(row["application"]) or row["client_port"], row["at"],
+                   row["application"])
 
 
 def _error_copy(row_id: uuid.UUID, raw_headers: str) -> tuple[uuid.UUID, str]:

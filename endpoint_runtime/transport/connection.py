@@ -208,7 +208,6 @@ class QueueConnection(asyncpg.Connection):
                 self.described.popitem(last=False)
         return state
 
-
     def get_reset_query(self) -> str:
         """What a pool runs on a connection it takes back (asyncpg's documented override):
         nothing behind a transaction-mode pooler. The server session there is not this

@@ -25,6 +25,8 @@ from benchmarks.chaos.checks import (
     expected_place,
     failed_checks,
 )
+from benchmarks.chaos.observations import receive_of
+from benchmarks.chaos.pooler import client_port_of
 from benchmarks.chaos.recovery import recovery_times
 from benchmarks.chaos.schedule import (
     Fate,
@@ -275,6 +277,28 @@ def test_none_mode_may_lose_only_what_a_fault_cut_in_hand() -> None:
     ledger.sent.pop(too_early)
     assert failed_checks(account(ledger.observed(receives=receives, cuts=cuts))) == []
 
+
+
+def test_behind_the_pooler_a_receive_is_traced_by_the_port_in_its_application_name() -> None:
+    """Behind the run's PgBouncer the server's client port is the pooler's: the runtime's own
+    port is the one ``application_name_add_host`` appended (``client_port_of``), and a loss
+    is traced to a cut of that port; a name without it traces nothing by port."""
+    assert client_port_of("endpoint_runtime/ab12cd34/1/chaos_none - 127.0.0.1:40101") == 40101
+    assert client_port_of("endpoint_runtime/ab12cd34/1/chaos_none") is None
+    assert client_port_of("") is None
+    ledger = Ledger("none")
+    lost = next(i for i, k in ledger.sent.items() if k == Fate.OK)
+    del ledger.effects[lost]
+    cuts = [CutAt(at=100.2, ports=frozenset({40101}), kind="restart_pooler")]
+    row = {"message_id": lost, "backend": 11, "client_port": 6432, "at": 100.0,
+           "application": "endpoint_runtime/ab12cd34/1/chaos_none - 127.0.0.1:40101"}
+    assert receive_of(row).client_port == 40101
+    traced = account(ledger.observed(receives=[receive_of(row)], cuts=cuts))
+    assert (traced.lost, traced.lost_traced) == (1, 1)
+    untagged = account(ledger.observed(receives=[receive_of({**row, "application": ""})],
+                                       cuts=cuts))
+    assert (untagged.lost, untagged.lost_traced) == (1, 0)
+    assert "restart_pooler +0.20 s" in untagged.untraced_why[0]
 
 
 @pytest.mark.parametrize("mode", MODES)

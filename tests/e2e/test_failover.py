@@ -131,10 +131,9 @@ async def test_a_deployment_goes_on_with_the_promoted_standby(servers: Standby) 
                         transport)
 
             await wait_for(drained, timeout=60, what="the queue drained after the promotion")
-            rows = await transport.pool.fetch(
-                "SELECT key, count(*) AS times, min(handled_at) AS at FROM handled GROUP BY key")
         finally:
             await transport.close()
+        rows = await _handled(dsn)
     finally:
         await deployer.stop_all()
 
